@@ -1,0 +1,37 @@
+# tokenmill: `make demo` and `make test` each build .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEMO   := build/demo
+
+.PHONY: demo test test-all bench lock clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# The CPU build of torch first, pinned: an unpinned torch would pull a CUDA build of several GB.
+	$(BIN)/python -m pip install -q torch==2.13.0 -c constraints.txt
+	$(BIN)/python -m pip install -q -e '.[pipeline,test]' -c constraints.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	rm -rf $(DEMO)
+	$(BIN)/tokenmill demo-data $(DEMO)
+	$(BIN)/tokenmill run $(DEMO)/demo.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -m ''
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/ingest_sample.py
+
+lock: $(STAMP)
+	( echo '# Pinned versions for a reproducible install: `pip install -c constraints.txt`. Regenerate with `make lock`.'; \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -vi '^tokenmill' | sed 's/+cpu$$//' ) > constraints.txt
+
+clean:
+	rm -rf $(VENV) build

@@ -1,0 +1,144 @@
+"""The `tokenmill` command: run stages, write the demo corpus, check a config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tokenmill.errors import StageFailed, TokenmillError
+
+console = Console(stderr=True)
+
+
+class RichReporter:
+    """Progress bars over tasks, one per phase, and notes printed above them."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.bars: dict[tuple[str, str], int] = {}
+
+    def note(self, text: str) -> None:
+        self.progress.console.print(f"[yellow]{text}[/]")
+
+    def phase_started(self, stage: str, phase: str, total: int, committed: int) -> None:
+        label = f"{stage}/{phase}" + (f" ({committed} committed earlier)" if committed else "")
+        self.bars[(stage, phase)] = self.progress.add_task(label, total=total, completed=committed)
+
+    def task_done(self, stage: str, phase: str) -> None:
+        self.progress.advance(self.bars[(stage, phase)])
+
+    def phase_ended(self, stage: str, phase: str) -> None:
+        pass
+
+
+def _summary(reports) -> Table:
+    table = Table(title="tokenmill run", title_justify="left")
+    for col in ("stage", "status", "tasks run", "skipped", "docs in", "kept", "dropped", "MB kept", "seconds"):
+        table.add_column(col, justify="left" if col in ("stage", "status") else "right", no_wrap=True)
+    for r in reports:
+        t = r.totals
+        table.add_row(r.stage, r.status, str(r.tasks_run), str(r.tasks_skipped), f"{t['docs_in']:,}",
+                      f"{t['docs_out']:,}", f"{t['docs_in'] - t['docs_out']:,}", f"{t['bytes_out'] / 1e6:.2f}",
+                      f"{r.seconds:.1f}")
+    return table
+
+
+def _print_summary(reports) -> None:
+    out = Console(width=max(Console().width, 100))
+    out.print(_summary(reports))
+    for r in reports:
+        drops = ", ".join(f"{k} {v:,}" for k, v in sorted(r.totals["drops"].items())) or "none"
+        out.print(f"  {r.stage}: dropped {drops}; manifest {r.manifest}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.runner import run_pipeline
+
+    config = load_config(args.config)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=False) as progress:
+        reports = run_pipeline(config, only=args.stage, workers=args.workers, ray_address=args.ray_address,
+                               reporter=RichReporter(progress))
+    _print_summary(reports)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tokenmill.pipeline.columns import check_chain
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.registry import build_stages
+
+    config = load_config(args.config)
+    stages = build_stages(config)
+    check_chain(stages)
+    files = stages[0].files
+    print(f"config OK: {len(config.sources)} sources, {len(files)} files, stages: {' -> '.join(s.name for s in stages)}")
+    print(f"output: {config.output_dir}")
+    return 0
+
+
+def cmd_demo_data(args: argparse.Namespace) -> int:
+    from tokenmill.demo import write_demo_corpus
+
+    kwargs = {"seed": args.seed}
+    if args.docs_per_source is not None:
+        kwargs["docs_per_source"] = args.docs_per_source
+    if args.target_mb is not None:
+        kwargs["target_bytes"] = int(args.target_mb * 1e6)
+    summary = write_demo_corpus(args.dir, **kwargs)
+    console.print(f"demo corpus written to {args.dir}")
+    console.print_json(data=summary)
+    console.print(f"run it with: tokenmill run {args.dir}/demo.yaml")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run ingest and the configured stages (resumes where a run stopped)")
+    run.add_argument("config", help="run config (YAML)")
+    run.add_argument("--stage", help="run only this stage (ingest, sample, ...); it reads the previous stage's output")
+    run.add_argument("--workers", type=int, help="most tasks at once (default: the cluster's CPUs)")
+    run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one on 127.0.0.1")
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser("validate", help="check a config and the stage chain without running anything")
+    validate.add_argument("config")
+    validate.set_defaults(func=cmd_validate)
+
+    demo = sub.add_parser("demo-data", help="write the generated demo corpus and DIR/demo.yaml")
+    demo.add_argument("dir")
+    demo.add_argument("--seed", type=int, default=1234)
+    demo.add_argument("--docs-per-source", type=int)
+    demo.add_argument("--target-mb", type=float, help="write at least this many MB of text")
+    demo.set_defaults(func=cmd_demo_data)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        console.print("[red]error:[/] --workers: must be at least 1")
+        return 2
+    try:
+        return args.func(args)
+    except StageFailed as err:
+        console.print(f"[red]{err}[/]")
+        return 1
+    except TokenmillError as err:
+        console.print(f"[red]error:[/] {err}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

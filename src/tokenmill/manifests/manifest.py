@@ -1,0 +1,117 @@
+"""Build, check and write a stage manifest: deterministic `content` and a `run_info` about where and when."""
+
+from __future__ import annotations
+
+import platform
+import socket
+from collections import defaultdict
+from typing import Any, Iterable
+
+from tokenmill.errors import ManifestError
+from tokenmill.manifests.stats import SourceTally, Tally
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
+
+MANIFEST = "manifest.json"
+
+
+def build_content(
+    stage: str,
+    identity: dict[str, Any],
+    input_descriptor: dict[str, Any],
+    shard_entries: Iterable[dict[str, Any]],
+) -> dict[str, Any]:
+    """The deterministic part of a manifest: identical for identical inputs, config and seed, wherever the run lives."""
+    shards = sorted(shard_entries, key=lambda e: e["path"])
+    by_source: dict[str, SourceTally] = defaultdict(SourceTally)
+    for entry in shards:
+        by_source[entry["source"]] = by_source[entry["source"]] + SourceTally.from_json(entry)
+    totals = sum((t.total for t in by_source.values()), Tally())
+    return {
+        "stage": stage,
+        "schema_version": SCHEMA_VERSION,
+        "config": identity,
+        "config_hash": digest(identity),
+        "input": input_descriptor,
+        "totals": totals.to_json(),
+        "by_source": {name: t.to_json() for name, t in sorted(by_source.items())},
+        "shards": shards,
+    }
+
+
+def content_hash(content: dict[str, Any]) -> str:
+    """The hash a later stage records as its input: it changes exactly when the content does."""
+    return digest(content)
+
+
+def check_conservation(content: dict[str, Any], allowed_reasons: Iterable[str], upstream: dict | None = None) -> None:
+    """in = kept + every drop, per shard, per source and subset, and in total; raise ManifestError otherwise.
+
+    With the input manifest's content as `upstream`, also check that the stage read every document
+    its input stage kept, per source.
+    """
+    problems = []
+
+    def check(where: str, tally: dict[str, Any]) -> None:
+        t = Tally.from_json(tally)
+        if not t.conserved():
+            problems.append(f"{where}: {t.docs_in} in != {t.docs_out} kept + {t.dropped} dropped")
+
+    allowed = set(allowed_reasons)
+    for entry in content["shards"]:
+        check(f"shard {entry['path']}", entry)
+        unknown = set(entry["drops"]) - allowed
+        if unknown:
+            problems.append(f"shard {entry['path']}: undeclared drop reasons {sorted(unknown)}")
+    for name, source in content["by_source"].items():
+        check(f"source {name}", source)
+        for subset, tally in source["subsets"].items():
+            check(f"source {name} subset {subset}", tally)
+    check("totals", content["totals"])
+    if upstream is not None:
+        for name, source in upstream["by_source"].items():
+            got = content["by_source"].get(name, {"docs_in": 0})["docs_in"]
+            if got != source["docs_out"]:
+                problems.append(f"source {name}: read {got} documents, input stage kept {source['docs_out']}")
+    if problems:
+        raise ManifestError(f"conservation broken in stage {content['stage']!r}:\n  " + "\n  ".join(problems))
+
+
+def build_run_info(started: float, ended: float, key: dict[str, Any], tasks_run: int, tasks_skipped: int, workers: int | None) -> dict[str, Any]:
+    """Where, when and with what the stage ran: never part of the content hash."""
+    import datetime as dt
+
+    import pyarrow
+    import ray
+
+    import tokenmill
+
+    def iso(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
+
+    return {
+        "versions": {"tokenmill": tokenmill.__version__, "python": platform.python_version(),
+                     "pyarrow": pyarrow.__version__, "ray": ray.__version__},
+        "host": socket.gethostname(),
+        "started": iso(started),
+        "ended": iso(ended),
+        "seconds": round(ended - started, 3),
+        "key": key,
+        "tasks_run": tasks_run,
+        "tasks_skipped": tasks_skipped,
+        "workers": workers,
+    }
+
+
+def write_manifest(fs, stage_dir: str, content: dict[str, Any], run_info: dict[str, Any], tmp_suffix: str) -> str:
+    path = storage.join(stage_dir, MANIFEST)
+    storage.write_json_atomic(fs, path, {"content": content, "run_info": run_info}, tmp_suffix)
+    return path
+
+
+def read_manifest(fs, stage_dir: str) -> dict[str, Any] | None:
+    """A stage's manifest, or None when the stage has not completed."""
+    manifest = storage.read_json(fs, storage.join(stage_dir, MANIFEST))
+    if manifest is not None and ("content" not in manifest or "run_info" not in manifest):
+        raise ManifestError(f"{storage.join(stage_dir, MANIFEST)} is not a tokenmill manifest")
+    return manifest

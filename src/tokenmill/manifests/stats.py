@@ -1,0 +1,96 @@
+"""Document counts that add with `+`: per shard, per source and subset, summed into a stage manifest."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+NO_SUBSET = "(none)"
+
+
+@dataclass
+class Tally:
+    """Documents and text bytes in, out (kept), and dropped per reason."""
+
+    docs_in: int = 0
+    docs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    drops: Counter = field(default_factory=Counter)
+
+    def __add__(self, other: "Tally") -> "Tally":
+        return Tally(
+            self.docs_in + other.docs_in,
+            self.docs_out + other.docs_out,
+            self.bytes_in + other.bytes_in,
+            self.bytes_out + other.bytes_out,
+            self.drops + other.drops,
+        )
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.drops.values())
+
+    def conserved(self) -> bool:
+        return self.docs_in == self.docs_out + self.dropped
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "docs_in": self.docs_in,
+            "docs_out": self.docs_out,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "drops": dict(sorted(self.drops.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Tally":
+        return cls(data["docs_in"], data["docs_out"], data["bytes_in"], data["bytes_out"], Counter(data["drops"]))
+
+
+@dataclass
+class SourceTally:
+    """A tally for one source, with one per subset."""
+
+    total: Tally = field(default_factory=Tally)
+    subsets: dict[str, Tally] = field(default_factory=dict)
+
+    def __add__(self, other: "SourceTally") -> "SourceTally":
+        subsets = dict(self.subsets)
+        for name, tally in other.subsets.items():
+            subsets[name] = subsets.get(name, Tally()) + tally
+        return SourceTally(self.total + other.total, subsets)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.total.to_json(), "subsets": {k: v.to_json() for k, v in sorted(self.subsets.items())}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "SourceTally":
+        return cls(Tally.from_json(data), {k: Tally.from_json(v) for k, v in data.get("subsets", {}).items()})
+
+
+def tally_table(table: pa.Table, reasons: pa.Array) -> SourceTally:
+    """Count a processed shard: `reasons` is null for kept rows, the drop reason otherwise."""
+    from tokenmill.pipeline.documents import utf8_lengths
+
+    nbytes = utf8_lengths(table.column("text")) if table.num_rows else np.zeros(0, np.int64)
+    subsets = [NO_SUBSET if s is None else s for s in table.column("subset").to_pylist()]
+    reason_list = reasons.to_pylist()
+    result = SourceTally()
+    per_subset: dict[str, Tally] = {}
+    for subset, reason, size in zip(subsets, reason_list, nbytes.tolist()):
+        tally = per_subset.setdefault(subset, Tally())
+        tally.docs_in += 1
+        tally.bytes_in += size
+        if reason is None:
+            tally.docs_out += 1
+            tally.bytes_out += size
+        else:
+            tally.drops[reason] += 1
+    for subset, tally in per_subset.items():
+        result = result + SourceTally(tally, {subset: tally})
+    return result

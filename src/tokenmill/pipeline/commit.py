@@ -1,0 +1,79 @@
+"""Task commits: data under a unique attempt name, moved into place, then a completion record.
+
+The record is the commit. A file in `shards/` without a record is an uncommitted leftover that
+the next attempt overwrites; a record names every file of its task with size and sha256, so a
+rerun can check that what it skips is really there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from tokenmill.pipeline import storage
+
+
+def records_dir(stage_dir: str, phase: str) -> str:
+    return storage.join(stage_dir, "_work", "commits", phase)
+
+
+def record_path(stage_dir: str, phase: str, task_key: str) -> str:
+    return storage.join(records_dir(stage_dir, phase), f"{task_key}.json")
+
+
+def tmp_root(stage_dir: str, phase: str, task_key: str) -> str:
+    return storage.join(stage_dir, "_work", "tmp", phase, task_key)
+
+
+@dataclass
+class TaskWriter:
+    """Collects a task's files under its attempt folder; `commit` publishes them and writes the record."""
+
+    fs: pafs.FileSystem
+    stage_dir: str
+    phase: str
+    task_key: str
+    attempt: str = field(default_factory=lambda: uuid.uuid4().hex)
+    written: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def tmp_dir(self) -> str:
+        return storage.join(tmp_root(self.stage_dir, self.phase, self.task_key), self.attempt)
+
+    def write(self, relpath: str, data: bytes) -> None:
+        """Write one output file (path relative to the stage folder) under this attempt's name."""
+        storage.write_bytes(self.fs, storage.join(self.tmp_dir, relpath), data)
+        self.written[relpath] = {"path": relpath, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    def commit(self, stage_key: dict[str, Any], result: Any) -> dict[str, Any]:
+        for relpath in sorted(self.written):
+            final = storage.join(self.stage_dir, relpath)
+            self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+            self.fs.move(storage.join(self.tmp_dir, relpath), final)
+        record = {
+            "task": self.task_key,
+            "phase": self.phase,
+            "key": stage_key,
+            "files": [self.written[p] for p in sorted(self.written)],
+            "result": result,
+        }
+        path = record_path(self.stage_dir, self.phase, self.task_key)
+        storage.write_json_atomic(self.fs, path, record, self.attempt)
+        # Leftovers of this task's killed attempts go with the commit.
+        storage.remove_tree(self.fs, tmp_root(self.stage_dir, self.phase, self.task_key))
+        return record
+
+
+def committed_record(fs: pafs.FileSystem, stage_dir: str, phase: str, task_key: str, stage_key: dict) -> dict | None:
+    """The task's completion record if it is committed under this key and its files are all there."""
+    record = storage.read_json(fs, record_path(stage_dir, phase, task_key))
+    if not record or record.get("key") != stage_key:
+        return None
+    for f in record["files"]:
+        if storage.file_size(fs, storage.join(stage_dir, f["path"])) != f["bytes"]:
+            return None
+    return record

@@ -1,0 +1,201 @@
+"""The run config: one YAML file, validated in full before any work starts."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from tokenmill.errors import ConfigError
+from tokenmill.pipeline.config_base import StageConfig, StrictModel
+from tokenmill.stages.sample import SampleConfig
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SourceConfig(StrictModel):
+    """One input source: files of one format, read into documents by one reader."""
+
+    name: str
+    """Short name, written to the `source` column and used in shard names (letters, digits, `_.-`)."""
+    format: str
+    """Reader to use: `jsonl` (plain, .gz, .zst) or `parquet`."""
+    paths: list[str] = Field(min_length=1)
+    """Glob patterns (`**` allowed), relative to the config file's folder; each must match a file."""
+    root: Optional[str] = None
+    """Folder that document ids are relative to; default: the deepest folder common to `paths`."""
+    text_field: str = "text"
+    """Field holding the text; a dotted path reaches into nested objects (`post.body`)."""
+    id_field: Optional[str] = None
+    """Field holding the source's own document id (kept unchanged); default: source/path/record-index."""
+    subset_field: Optional[str] = None
+    """Field whose value becomes the `subset` column (e.g. a subreddit); dotted path allowed."""
+    fraction: float = Field(default=1.0, gt=0.0, le=1.0)
+    """Share of documents the `sample` stage keeps, in (0, 1]. Upsampling is the loader's job."""
+    language: str = "en"
+    """Language of the source (ISO 639-1), used when no stage has detected one."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_safe(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"{value!r} must be letters, digits, '_', '.', '-' (it names files)")
+        return value
+
+    @field_validator("format")
+    @classmethod
+    def _format_known(cls, value: str) -> str:
+        from tokenmill.readers import READERS
+
+        if value not in READERS:
+            raise ValueError(f"unknown format {value!r}; known: {', '.join(sorted(READERS))}")
+        return value
+
+
+class IngestConfig(StrictModel):
+    """Options of the implicit first stage that reads the sources into Parquet shards."""
+
+    docs_per_shard: int = Field(default=10_000, ge=1)
+    """Records per ingest shard; a file with more records is split into parts."""
+    max_doc_bytes: int = Field(default=64 * 2**20, ge=1024)
+    """A record larger than this is dropped as `too_large` without being held in memory."""
+    keep_dropped: bool = True
+    """Write unreadable and empty records under `<output>/ingest/dropped/`."""
+
+
+class StagesConfig(StrictModel):
+    """The stages to run, in their fixed order; leave one out to skip it."""
+
+    sample: Optional[SampleConfig] = None
+    """Keep a deterministic share (`fraction`) of each source."""
+
+    def configured(self) -> list[tuple[str, StageConfig]]:
+        """The configured stages, in pipeline order."""
+        return [(name, getattr(self, name)) for name in type(self).model_fields if getattr(self, name) is not None]
+
+
+class ExecutionConfig(StrictModel):
+    """How to run; never part of a stage's identity, so changing it never recomputes anything."""
+
+    workers: Optional[int] = Field(default=None, ge=1)
+    """Most tasks in flight at once; default: the cluster's CPUs."""
+    ray_address: Optional[str] = None
+    """Join this Ray cluster instead of starting a local one bound to 127.0.0.1."""
+    max_retries: int = Field(default=2, ge=0)
+    """Retries of a failing task before it is reported by name."""
+
+
+class RunConfig(StrictModel):
+    """A whole run: sources, stages and where they write."""
+
+    output: str
+    """Run folder; every stage writes `<output>/<stage>/`. Relative to the config file's folder."""
+    seed: int = 0
+    """Seed of every random choice (keyed hashes), so reruns choose the same documents."""
+    sources: list[SourceConfig] = Field(min_length=1)
+    """The input sources."""
+    ingest: IngestConfig = IngestConfig()
+    """Options of the implicit ingest stage."""
+    stages: StagesConfig = StagesConfig()
+    """The stages to run after ingest."""
+    execution: ExecutionConfig = ExecutionConfig()
+    """Execution-only options (workers, Ray address, retries)."""
+    base_dir: str = Field(default=".", exclude=True)
+    """Folder relative paths are resolved against (set by `load_config`, not in YAML)."""
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> "RunConfig":
+        seen: set[str] = set()
+        for source in self.sources:
+            if source.name in seen:
+                raise ValueError(f"source name {source.name!r} is used twice")
+            seen.add(source.name)
+        return self
+
+    def resolve(self, path: str) -> Path:
+        """A config path made absolute against the config file's folder."""
+        p = Path(os.path.expanduser(path))
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    @property
+    def output_dir(self) -> Path:
+        return self.resolve(self.output)
+
+    def source(self, name: str) -> SourceConfig:
+        return next(s for s in self.sources if s.name == name)
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"  {_key_path(e['loc'])}: {msg}")
+    return "invalid config:\n" + "\n".join(lines)
+
+
+def parse_config(data: Any, base_dir: str | os.PathLike = ".") -> RunConfig:
+    """Validate a config mapping; raises ConfigError naming each bad key."""
+    if not isinstance(data, dict):
+        raise ConfigError("invalid config: the top level must be a mapping (output, seed, sources, stages)")
+    try:
+        config = RunConfig.model_validate({**data, "base_dir": str(Path(base_dir).resolve())})
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+    check_paths(config)
+    return config
+
+
+def load_config(path: str | os.PathLike) -> RunConfig:
+    """Read and validate a YAML config (safe_load only); relative paths are taken from its folder."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config {path} is not valid YAML: {err}") from None
+    return parse_config(data, path.parent)
+
+
+def check_paths(config: RunConfig) -> None:
+    """Every source pattern must match at least one file; an error names the key."""
+    problems = []
+    for i, source in enumerate(config.sources):
+        for j, pattern in enumerate(source.paths):
+            if not expand_pattern(config, pattern):
+                problems.append(f"  sources[{i}].paths[{j}]: {pattern!r} matches no file (looked in {config.base_dir})")
+        if source.root is not None and not config.resolve(source.root).is_dir():
+            problems.append(f"  sources[{i}].root: {source.root!r} is not a folder")
+    if problems:
+        raise ConfigError("invalid config:\n" + "\n".join(problems))
+
+
+def expand_pattern(config: RunConfig, pattern: str) -> list[Path]:
+    full = str(config.resolve(pattern))
+    return sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+
+
+def source_files(config: RunConfig, source: SourceConfig) -> tuple[Path, list[Path]]:
+    """The source's root folder and its files, sorted and without repeats."""
+    files = sorted({f.resolve() for pattern in source.paths for f in expand_pattern(config, pattern)})
+    if source.root is not None:
+        root = config.resolve(source.root).resolve()
+    else:
+        root = Path(os.path.commonpath([str(f.parent) for f in files]))
+    return root, files

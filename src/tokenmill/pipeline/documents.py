@@ -1,0 +1,87 @@
+"""The document schema every stage reads and writes: Arrow columns, canonical meta, shard file I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+"""Bump when the meaning or layout of a column changes: every stage then recomputes."""
+
+BASE_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("subset", pa.string()),
+        pa.field("meta", pa.string(), nullable=False),
+    ]
+)
+BASE_COLUMNS = frozenset(BASE_SCHEMA.names)
+DROP_REASON = "drop_reason"
+
+# Row groups of a fixed size keep the bytes of a shard independent of how it was assembled.
+ROW_GROUP_SIZE = 2048
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: the same value always gives the same string."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def digest(value: Any) -> str:
+    """sha256 of a value's canonical JSON: the hash used for configs and manifests."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def shard_bytes(table: pa.Table) -> bytes:
+    """A table serialized as a Parquet shard (zstd); identical tables give identical bytes."""
+    sink = pa.BufferOutputStream()
+    metadata = dict(table.schema.metadata or {})
+    metadata[b"tokenmill.schema_version"] = str(SCHEMA_VERSION).encode()
+    pq.write_table(
+        table.replace_schema_metadata(metadata),
+        sink,
+        compression="zstd",
+        row_group_size=ROW_GROUP_SIZE,
+    )
+    return sink.getvalue().to_pybytes()
+
+
+def read_shard(path: str, filesystem=None) -> pa.Table:
+    """Read one Parquet shard whole (shards are sized to fit a worker's memory)."""
+    table = pq.read_table(path, filesystem=filesystem)
+    return table.replace_schema_metadata(None)
+
+
+def utf8_lengths(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Byte length of each string, without materialising Python strings."""
+    import pyarrow.compute as pc
+
+    return pc.binary_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def column_digest(hasher, column: pa.ChunkedArray | pa.Array) -> None:
+    """Feed a string column to a hash as (lengths, bytes): independent of Arrow chunking."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+    column = column.cast(pa.large_string())
+    hasher.update(utf8_lengths(column).astype("<i8").tobytes())
+    offsets_buf, data_buf = column.buffers()[1], column.buffers()[2]
+    if data_buf is None or len(column) == 0:
+        return
+    offsets = np.frombuffer(offsets_buf, dtype="<i8")[column.offset : column.offset + len(column) + 1]
+    hasher.update(memoryview(data_buf)[offsets[0] : offsets[-1]])
+
+
+def content_hash(table: pa.Table) -> str:
+    """sha256 over the ids and texts of a table, in order: what a shard holds, not how it is encoded."""
+    h = hashlib.sha256()
+    column_digest(h, table.column("id"))
+    column_digest(h, table.column("text"))
+    return h.hexdigest()

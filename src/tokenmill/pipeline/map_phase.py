@@ -1,0 +1,65 @@
+"""The shard-wise map phase: one task per input shard, kept rows to `shards/`, dropped rows to `dropped/`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tokenmill.manifests.stats import tally_table
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.columns import with_fallbacks
+from tokenmill.pipeline.documents import DROP_REASON, content_hash, read_shard, shard_bytes
+from tokenmill.pipeline.stage import Phase, Stage, Task
+from tokenmill.pipeline.tasks import PlanContext, TaskContext
+
+
+def shard_name(path: str) -> str:
+    """`shards/pile.00.ab12cd.p00000.parquet` -> `pile.00.ab12cd.p00000`: the stable name a shard keeps through stages."""
+    return path.rsplit("/", 1)[-1].removesuffix(".parquet")
+
+
+def split_and_write(stage: Stage, ctx: TaskContext, name: str, table: pa.Table, reasons: pa.Array) -> dict[str, Any]:
+    """Write the kept and dropped rows of one processed shard; return its manifest entry."""
+    stage.check_reasons(reasons)
+    kept_mask = pc.is_null(reasons)
+    kept = table.filter(kept_mask)
+    shard_path = f"shards/{name}.parquet"
+    ctx.write(shard_path, shard_bytes(kept))
+    dropped_path = None
+    if len(kept) < table.num_rows and getattr(stage.config, "keep_dropped", True):
+        dropped = table.filter(pc.invert(kept_mask)).append_column(DROP_REASON, reasons.filter(pc.invert(kept_mask)))
+        dropped_path = f"dropped/{name}.parquet"
+        ctx.write(dropped_path, shard_bytes(dropped))
+    sources = set(table.column("source").unique().to_pylist())
+    if len(sources) > 1:
+        raise RuntimeError(f"shard {name} mixes sources {sorted(sources)}; every shard holds one source")
+    tally = tally_table(table, reasons)
+    return {
+        "path": shard_path,
+        "dropped_path": dropped_path,
+        "source": sources.pop() if sources else None,
+        "content_hash": content_hash(kept),
+        **tally.to_json(),
+    }
+
+
+class MapShards(Phase):
+    """Apply `stage.process` to every input shard independently."""
+
+    name = "map"
+
+    def plan(self, stage: Stage, ctx: PlanContext) -> list[Task]:
+        return [Task(key=shard_name(s["path"]), inputs=(s["path"],)) for s in ctx.input_shards]
+
+    def run(self, stage: Stage, task: Task, ctx: TaskContext) -> dict[str, Any]:
+        (relpath,) = task.inputs
+        table = read_shard(storage.join(ctx.input_dir, relpath), ctx.fs)
+        filled = [c for c in sorted(stage.uses) if c not in table.column_names]
+        processed = stage.process(with_fallbacks(table, stage), ctx.shared)
+        # Fallback columns stand in for an absent stage's annotation; they are not this stage's output.
+        out = processed.table.drop_columns([c for c in filled if c not in {f.name for f in stage.adds}])
+        entry = split_and_write(stage, ctx, task.key, out, processed.drop_reason)
+        entry["input"] = relpath
+        return {"shards": [entry]}

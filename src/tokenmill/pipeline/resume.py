@@ -1,0 +1,60 @@
+"""Stage keys and what to do with existing output: reuse it, finish it, or move it aside and recompute."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Sequence
+
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
+
+KEY_FILE = "_work/key.json"
+SUPERSEDED = "_superseded"
+
+
+def stage_key(identity: dict[str, Any], input_hash: str, stamp: Any = None) -> dict[str, Any]:
+    """What a committed task must match to be reused: config hash, input manifest hash, schema version."""
+    key = {"config_hash": digest(identity), "input_hash": input_hash, "schema_version": SCHEMA_VERSION}
+    if stamp is not None:
+        key["input_stamp"] = digest(stamp)
+    return key
+
+
+def diff_values(old: Any, new: Any, path: str = "") -> list[str]:
+    """Human-readable differences between two JSON values, key by key."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in old:
+                out.append(f"{sub}: added ({new[k]!r})")
+            elif k not in new:
+                out.append(f"{sub}: removed (was {old[k]!r})")
+            else:
+                out.extend(diff_values(old[k], new[k], sub))
+        return out
+    return [] if old == new else [f"{path or 'value'}: {old!r} -> {new!r}"]
+
+
+def explain_change(previous: dict[str, Any], identity: dict[str, Any], key: dict[str, Any]) -> list[str]:
+    """Why a stage's existing output no longer matches: config keys, input, or schema."""
+    reasons = diff_values(previous.get("identity"), identity)
+    old_key = previous.get("key", {})
+    if old_key.get("input_hash") != key["input_hash"] or old_key.get("input_stamp") != key.get("input_stamp"):
+        reasons.append("its input changed")
+    if old_key.get("schema_version") != key["schema_version"]:
+        reasons.append(f"schema version {old_key.get('schema_version')} -> {key['schema_version']}")
+    return reasons or ["its key changed"]
+
+
+def supersede(fs, root: str, stages: Sequence[str]) -> str | None:
+    """Move the output of these stages aside (never delete, never mix); returns where they went."""
+    present = [s for s in stages if storage.exists(fs, storage.join(root, s))]
+    if not present:
+        return None
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    dest = storage.join(root, SUPERSEDED, stamp)
+    fs.create_dir(dest, recursive=True)
+    for stage in present:
+        fs.move(storage.join(root, stage), storage.join(dest, stage))
+    return dest

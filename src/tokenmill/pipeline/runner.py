@@ -1,0 +1,212 @@
+"""Run ingest and the configured stages in order: plan, skip what is committed, run the rest on Ray, write manifests."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.manifests.manifest import (
+    build_content,
+    build_run_info,
+    check_conservation,
+    content_hash,
+    read_manifest,
+    write_manifest,
+)
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.columns import check_chain
+from tokenmill.pipeline.commit import committed_record
+from tokenmill.pipeline.config import RunConfig
+from tokenmill.pipeline.documents import canonical_json, digest
+from tokenmill.pipeline.executor import run_tasks
+from tokenmill.pipeline.ray_cluster import cluster_cpus, ray_session
+from tokenmill.pipeline.registry import STAGE_ORDER, build_stages
+from tokenmill.pipeline.resume import KEY_FILE, explain_change, stage_key, supersede
+from tokenmill.pipeline.stage import Stage
+from tokenmill.pipeline.tasks import PlanContext, TaskEnv
+from tokenmill.errors import StageFailed
+
+log = logging.getLogger(__name__)
+
+
+class Reporter(Protocol):
+    """How the runner tells a person what it does; the CLI draws progress bars, tests stay quiet."""
+
+    def note(self, text: str) -> None: ...
+    def phase_started(self, stage: str, phase: str, total: int, committed: int) -> None: ...
+    def task_done(self, stage: str, phase: str) -> None: ...
+    def phase_ended(self, stage: str, phase: str) -> None: ...
+
+
+class LogReporter:
+    """A reporter that only logs."""
+
+    def note(self, text: str) -> None:
+        log.info(text)
+
+    def phase_started(self, stage: str, phase: str, total: int, committed: int) -> None:
+        log.info("%s/%s: %d tasks, %d already committed", stage, phase, total, committed)
+
+    def task_done(self, stage: str, phase: str) -> None:
+        pass
+
+    def phase_ended(self, stage: str, phase: str) -> None:
+        pass
+
+
+@dataclass
+class StageReport:
+    """What one stage run did, for the summary table and the structured log."""
+
+    stage: str
+    status: str
+    """`ran`, `resumed` (some tasks were already committed) or `up to date`."""
+    tasks_run: int
+    tasks_skipped: int
+    totals: dict[str, Any]
+    seconds: float
+    manifest: str
+    notes: list[str] = field(default_factory=list)
+
+
+def run_pipeline(
+    config: RunConfig,
+    *,
+    only: str | None = None,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    reporter: Reporter | None = None,
+) -> list[StageReport]:
+    """Run ingest and every configured stage (or only `only`); returns one report per stage."""
+    reporter = reporter or LogReporter()
+    stages = build_stages(config)
+    check_chain(stages)
+    names = [s.name for s in stages]
+    if only is not None and only not in names:
+        raise ConfigError(f"--stage {only}: not a configured stage; configured: {', '.join(names)}")
+    fs, root = storage.filesystem_for(str(config.output_dir))
+    selected = [i for i, s in enumerate(stages) if only is None or s.name == only]
+    if selected[0] > 0 and read_manifest(fs, storage.join(root, names[selected[0] - 1])) is None:
+        prev = names[selected[0] - 1]
+        raise TokenmillError(
+            f"stage {only!r} reads the output of {prev!r}, which has not completed in {root}: "
+            f"run `tokenmill run CONFIG --stage {prev}` (or without --stage) first"
+        )
+    fs.create_dir(root, recursive=True)
+    workers = workers or config.execution.workers
+    reports = []
+    with ray_session(ray_address or config.execution.ray_address):
+        max_in_flight = workers or cluster_cpus()
+        for i in selected:
+            report = _run_stage(fs, root, stages, i, config, reporter, max_in_flight, workers)
+            _log_record(fs, root, report)
+            reports.append(report)
+    return reports
+
+
+def _input_of(fs, root: str, stages: list[Stage], index: int):
+    """(descriptor for the manifest, input hash, resume stamp, upstream content, input folder)."""
+    stage = stages[index]
+    if index == 0:
+        listing = stage.input_listing()
+        return {"files": listing, "hash": digest(listing)}, digest(listing), stage.input_stamp(), None, None
+    prev = stages[index - 1].name
+    manifest = read_manifest(fs, storage.join(root, prev))
+    if manifest is None:
+        raise TokenmillError(f"stage {stage.name!r}: input stage {prev!r} has no manifest; run it first")
+    upstream = manifest["content"]
+    h = content_hash(upstream)
+    return {"stage": prev, "manifest_hash": h}, h, None, upstream, storage.join(root, prev)
+
+
+def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_flight: int, workers) -> StageReport:
+    stage = stages[index]
+    stage_dir = storage.join(root, stage.name)
+    started = time.time()
+    identity = stage.identity()
+    descriptor, input_hash, stamp, upstream, input_dir = _input_of(fs, root, stages, index)
+    key = stage_key(identity, input_hash, stamp)
+    previous = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
+    notes: list[str] = []
+    if (previous is not None and previous.get("key") != key) or (previous is None and storage.exists(fs, stage_dir)):
+        why = explain_change(previous, identity, key) if previous else ["its folder has no key record"]
+        later = STAGE_ORDER[STAGE_ORDER.index(stage.name):]
+        dest = supersede(fs, root, later)
+        notes.append(f"{stage.name}: recomputing it and every later stage, because {'; '.join(why)}; "
+                     f"old output moved to {dest}")
+        reporter.note(notes[-1])
+        previous = None
+    manifest = read_manifest(fs, stage_dir)
+    if previous is not None and manifest is not None:
+        reporter.note(f"{stage.name}: up to date")
+        content = manifest["content"]
+        return StageReport(stage.name, "up to date", 0, len(content["shards"]), content["totals"], 0.0,
+                           storage.join(stage_dir, "manifest.json"), notes)
+    if previous is None:
+        storage.write_json_atomic(fs, storage.join(stage_dir, KEY_FILE),
+                                  {"key": key, "identity": identity, "input": descriptor}, uuid.uuid4().hex)
+
+    shared: dict[str, Any] = {}
+    run_count = skip_count = 0
+    phases = stage.phases()
+    records: dict[str, dict] = {}
+    for phase_index, phase in enumerate(phases):
+        ctx = PlanContext(stage_dir, input_dir, upstream["shards"] if upstream else [], shared)
+        tasks = phase.plan(stage, ctx)
+        if len({t.key for t in tasks}) != len(tasks):
+            raise RuntimeError(f"stage {stage.name!r} phase {phase.name!r} planned two tasks with one key")
+        records = {}
+        todo = []
+        for task in tasks:
+            record = committed_record(fs, stage_dir, phase.name, task.key, key)
+            if record is None:
+                todo.append(task)
+            else:
+                records[task.key] = record
+        reporter.phase_started(stage.name, phase.name, len(tasks), len(records))
+        env = TaskEnv(str(config.output_dir), stage.name, stages[index - 1].name if index else None, key, phase_index)
+        done, failures = run_tasks(
+            stage, env, todo, shared,
+            max_in_flight=max_in_flight,
+            max_retries=config.execution.max_retries,
+            on_done=lambda task: reporter.task_done(stage.name, phase.name),
+        )
+        reporter.phase_ended(stage.name, phase.name)
+        records.update(done)
+        run_count += len(done)
+        skip_count += len(tasks) - len(todo)
+        if failures:
+            raise StageFailed(stage.name, failures)
+        shared[phase.name] = phase.reduce(stage, {k: r["result"] for k, r in records.items()})
+
+    entries = [entry for k in sorted(records) for entry in records[k]["result"]["shards"]]
+    content = build_content(stage.name, identity, descriptor, entries)
+    check_conservation(content, stage.drop_reasons, upstream)
+    _remove_leftovers(fs, stage_dir, records)
+    run_info = build_run_info(started, time.time(), key, run_count, skip_count, workers)
+    path = write_manifest(fs, stage_dir, content, run_info, uuid.uuid4().hex)
+    status = "resumed" if skip_count else "ran"
+    return StageReport(stage.name, status, run_count, skip_count, content["totals"], run_info["seconds"], path, notes)
+
+
+def _remove_leftovers(fs, stage_dir: str, records: dict[str, dict]) -> None:
+    """Delete what killed attempts left: temporary folders, and shard files no record names."""
+    storage.remove_tree(fs, storage.join(stage_dir, "_work", "tmp"))
+    committed = {storage.join(stage_dir, f["path"]) for r in records.values() for f in r["files"]}
+    for folder in ("shards", "dropped"):
+        for path in storage.list_files(fs, storage.join(stage_dir, folder)):
+            if path not in committed:
+                fs.delete_file(path)
+
+
+def _log_record(fs, root: str, report: StageReport) -> None:
+    """One structured JSON record per stage run under `<output>/_logs/`, for machines and later audits."""
+    record = {"event": "stage_run", "time": time.time(), **report.__dict__}
+    log.info(canonical_json(record))
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    storage.write_bytes(fs, storage.join(root, "_logs", f"{stamp}-{report.stage}-{uuid.uuid4().hex[:6]}.json"),
+                        (canonical_json(record) + "\n").encode())

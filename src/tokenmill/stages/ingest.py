@@ -1,0 +1,135 @@
+"""Ingest, the implicit first stage: read every source file into Parquet shards of documents."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from tokenmill.pipeline.documents import BASE_SCHEMA, canonical_json
+from tokenmill.pipeline.map_phase import split_and_write
+from tokenmill.pipeline.stage import Phase, Stage, Task
+from tokenmill.pipeline.tasks import PlanContext, TaskContext
+from tokenmill.readers import READERS
+from tokenmill.readers.base import READER_DROP_REASONS, Record
+
+MAX_ERRORS_LISTED = 20
+"""Bad records named per shard in the manifest (all are counted, and all are in `dropped/`)."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One input file: its source, absolute path, path relative to the source root, size and mtime."""
+
+    source: str
+    path: str
+    relpath: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def task_key(self) -> str:
+        """A stable, readable, file-name-safe name: `source.relpath-slug.hash`."""
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.relpath)[-60:].strip("._") or "file"
+        digest = hashlib.sha256(self.relpath.encode("utf-8")).hexdigest()[:8]
+        return f"{self.source}.{slug}.{digest}"
+
+
+def list_source_files(config) -> list[SourceFile]:
+    """Every input file of every source, in config order then path order."""
+    from tokenmill.pipeline.config import source_files
+
+    out = []
+    for source in config.sources:
+        root, files = source_files(config, source)
+        for f in files:
+            st = f.stat()
+            out.append(SourceFile(source.name, str(f), os.path.relpath(f, root).replace(os.sep, "/"), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def records_table(source: str, file: SourceFile, records: list[Record]) -> tuple[pa.Table, pa.Array]:
+    """Documents of one part as a table in the base schema, with the reader's drop reasons."""
+    ids, texts, subsets, metas, reasons = [], [], [], [], []
+    for r in records:
+        ids.append(r.id if r.id is not None else f"{source}/{file.relpath}/{r.index}")
+        texts.append(r.text)
+        subsets.append(r.subset)
+        meta = dict(r.meta or {})
+        if r.drop is not None:
+            meta = {"error": r.message, "record_index": r.index, **({"record": meta} if meta else {})}
+        metas.append(canonical_json(meta))
+        reasons.append(r.drop)
+    table = pa.table(
+        [ids, texts, [source] * len(ids), subsets, metas],
+        schema=BASE_SCHEMA,
+    )
+    return table, pa.array(reasons, pa.string())
+
+
+class ReadSources(Phase):
+    """One task per input file (a compressed stream cannot be split); a large file becomes several parts."""
+
+    name = "read"
+
+    def plan(self, stage: "IngestStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=f.task_key, inputs=(f.path,), params={"file": f}) for f in stage.files]
+
+    def run(self, stage: "IngestStage", task: Task, ctx: TaskContext) -> dict[str, Any]:
+        file: SourceFile = task.params["file"]
+        source = stage.run.sources[file.source]
+        reader = READERS[source.format]
+        display = f"{file.source}:{file.relpath}"
+        entries = []
+        for part, records in enumerate(_parts(reader(file.path, source, stage.config.max_doc_bytes, display),
+                                              stage.config.docs_per_shard)):
+            table, reasons = records_table(file.source, file, records)
+            entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", table, reasons)
+            entry["input"] = file.relpath
+            errors = [r.message for r in records if r.drop is not None]
+            entry["errors"] = errors[:MAX_ERRORS_LISTED]
+            entries.append(entry)
+        return {"shards": entries}
+
+
+def _parts(records: Iterator[Record], size: int) -> Iterator[list[Record]]:
+    """Group records into parts of `size`; an empty file still yields one (empty) part, so it shows in the manifest."""
+    part: list[Record] = []
+    emitted = False
+    for record in records:
+        part.append(record)
+        if len(part) == size:
+            yield part
+            emitted, part = True, []
+    if part or not emitted:
+        yield part
+
+
+class IngestStage(Stage):
+    name = "ingest"
+    needs = frozenset()
+    adds = tuple(BASE_SCHEMA)
+    drop_reasons = READER_DROP_REASONS
+
+    def __init__(self, config, run, files: list[SourceFile]):
+        super().__init__(config, run)
+        self.files = files
+
+    def identity(self) -> dict[str, Any]:
+        # What reading depends on; `fraction` is the sample stage's, so changing it never re-reads.
+        readers = {name: s.model_dump(mode="json", exclude={"fraction"}) for name, s in sorted(self.run.sources.items())}
+        return {"config": self.config.model_dump(mode="json"), "sources": readers}
+
+    def input_listing(self) -> list[dict[str, Any]]:
+        return [{"source": f.source, "path": f.relpath, "bytes": f.size} for f in self.files]
+
+    def input_stamp(self) -> list[Any]:
+        """Modification times: part of the resume key (a touched file is re-read), not of the manifest content."""
+        return [[f.source, f.relpath, f.mtime_ns] for f in self.files]
+
+    def phases(self) -> list[Phase]:
+        return [ReadSources()]

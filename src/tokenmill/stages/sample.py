@@ -1,0 +1,61 @@
+"""Sample stage: keep a deterministic share of each source, chosen by a keyed hash of the document id."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.pipeline.stage import Processed, Stage
+
+_SCALE = 2.0**64
+
+
+class SampleConfig(StageConfig):
+    """The sample stage has no options of its own: each source's `fraction` says how much to keep."""
+
+
+def sample_keys(seed: int, source: str, ids: list[str]) -> np.ndarray:
+    """A 64-bit keyed hash of (seed, source, id) per document: uniform, and the same wherever the id is."""
+    key = seed & 0xFFFFFFFFFFFFFFFF
+    prefix = source.encode("utf-8") + b"\x00"
+    return np.fromiter(
+        (xxhash.xxh3_64_intdigest(prefix + i.encode("utf-8"), seed=key) for i in ids), dtype=np.uint64, count=len(ids)
+    )
+
+
+def keep_mask(seed: int, source: str, ids: list[str], fraction: float) -> np.ndarray:
+    """True for the documents kept: their hash falls in the first `fraction` of the 64-bit range.
+
+    Depends only on (seed, source, id), never on shard, worker or order, so resharding keeps the same choice.
+    """
+    if fraction >= 1.0:
+        return np.ones(len(ids), dtype=bool)
+    threshold = np.uint64(min(int(fraction * _SCALE), 2**64 - 1))
+    return sample_keys(seed, source, ids) < threshold
+
+
+class SampleStage(Stage):
+    name = "sample"
+    needs = frozenset({"id", "source"})
+    drop_reasons = ("sampled_out",)
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            **super().identity(),
+            "fractions": {name: s.fraction for name, s in sorted(self.run.sources.items())},
+        }
+
+    def process(self, table: pa.Table, shared: Mapping[str, Any]) -> Processed:
+        ids = table.column("id").to_pylist()
+        sources = table.column("source").to_pylist()
+        keep = np.ones(len(ids), dtype=bool)
+        for source in set(sources):
+            rows = np.array([s == source for s in sources])
+            picked = [i for i, r in zip(ids, rows) if r]
+            keep[rows] = keep_mask(self.run.seed, source, picked, self.run.sources[source].fraction)
+        reasons = pa.array(np.where(keep, None, "sampled_out").tolist(), pa.string())
+        return Processed(table, reasons)
