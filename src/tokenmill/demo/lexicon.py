@@ -121,7 +121,8 @@ def english_lexicons() -> dict[str, dict[str, list[str]]]:
             VPAST=[v[2] for v in verbs],
             VING=[v[3] for v in verbs],
             ROLE=roles,
-            AGENT=roles + shared["NAME"][:: 7] + ["she", "he", "we", "they"],
+            # Repeat roles so that about half of all agents are topic people, not names.
+            AGENT=roles * 25 + shared["NAME"][::7] + ["she", "he", "we", "they"] * 5,
             GROUP=_split(raw["groups"]),
             PLACE=_split(raw["places"]),
         )
@@ -189,7 +190,7 @@ def chinese_lexicons() -> dict[str, dict[str, list[str]]]:
             ADJ=adjs,
             VERB=raw["verbs"].split(),
             ROLE=roles,
-            AGENT=roles + shared["NAME"][::5],
+            AGENT=roles * 18 + shared["NAME"][::5],
             GROUP=raw["groups"].split(),
             PLACE=raw["places"].split(),
             CATEGORY=[raw["category"]],

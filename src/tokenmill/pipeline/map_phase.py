@@ -20,8 +20,10 @@ def shard_name(path: str) -> str:
     return path.rsplit("/", 1)[-1].removesuffix(".parquet")
 
 
-def split_and_write(stage: Stage, ctx: TaskContext, name: str, table: pa.Table, reasons: pa.Array) -> dict[str, Any]:
-    """Write the kept and dropped rows of one processed shard; return its manifest entry."""
+def split_and_write(
+    stage: Stage, ctx: TaskContext, name: str, source: str, table: pa.Table, reasons: pa.Array
+) -> dict[str, Any]:
+    """Write the kept and dropped rows of one processed shard of `source`; return its manifest entry."""
     stage.check_reasons(reasons)
     kept_mask = pc.is_null(reasons)
     kept = table.filter(kept_mask)
@@ -32,14 +34,14 @@ def split_and_write(stage: Stage, ctx: TaskContext, name: str, table: pa.Table, 
         dropped = table.filter(pc.invert(kept_mask)).append_column(DROP_REASON, reasons.filter(pc.invert(kept_mask)))
         dropped_path = f"dropped/{name}.parquet"
         ctx.write(dropped_path, shard_bytes(dropped))
-    sources = set(table.column("source").unique().to_pylist())
-    if len(sources) > 1:
-        raise RuntimeError(f"shard {name} mixes sources {sorted(sources)}; every shard holds one source")
+    others = set(table.column("source").unique().to_pylist()) - {source}
+    if others:
+        raise RuntimeError(f"shard {name} of source {source!r} holds rows of {sorted(others)}; a shard holds one source")
     tally = tally_table(table, reasons)
     return {
         "path": shard_path,
         "dropped_path": dropped_path,
-        "source": sources.pop() if sources else None,
+        "source": source,
         "content_hash": content_hash(kept),
         **tally.to_json(),
     }
@@ -51,7 +53,8 @@ class MapShards(Phase):
     name = "map"
 
     def plan(self, stage: Stage, ctx: PlanContext) -> list[Task]:
-        return [Task(key=shard_name(s["path"]), inputs=(s["path"],)) for s in ctx.input_shards]
+        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"]})
+                for s in ctx.input_shards]
 
     def run(self, stage: Stage, task: Task, ctx: TaskContext) -> dict[str, Any]:
         (relpath,) = task.inputs
@@ -60,6 +63,6 @@ class MapShards(Phase):
         processed = stage.process(with_fallbacks(table, stage), ctx.shared)
         # Fallback columns stand in for an absent stage's annotation; they are not this stage's output.
         out = processed.table.drop_columns([c for c in filled if c not in {f.name for f in stage.adds}])
-        entry = split_and_write(stage, ctx, task.key, out, processed.drop_reason)
+        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, processed.drop_reason)
         entry["input"] = relpath
         return {"shards": [entry]}

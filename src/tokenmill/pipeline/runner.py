@@ -80,10 +80,14 @@ def run_pipeline(
     workers: int | None = None,
     ray_address: str | None = None,
     reporter: Reporter | None = None,
+    stages: list[Stage] | None = None,
 ) -> list[StageReport]:
-    """Run ingest and every configured stage (or only `only`); returns one report per stage."""
+    """Run ingest and every configured stage (or only `only`); returns one report per stage.
+
+    `stages` replaces the chain built from the config (ingest first), for embedding custom stages.
+    """
     reporter = reporter or LogReporter()
-    stages = build_stages(config)
+    stages = stages if stages is not None else build_stages(config)
     check_chain(stages)
     names = [s.name for s in stages]
     if only is not None and only not in names:
@@ -134,7 +138,8 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     notes: list[str] = []
     if (previous is not None and previous.get("key") != key) or (previous is None and storage.exists(fs, stage_dir)):
         why = explain_change(previous, identity, key) if previous else ["its folder has no key record"]
-        later = STAGE_ORDER[STAGE_ORDER.index(stage.name):]
+        order = STAGE_ORDER + [s.name for s in stages if s.name not in STAGE_ORDER]
+        later = order[order.index(stage.name):]
         dest = supersede(fs, root, later)
         notes.append(f"{stage.name}: recomputing it and every later stage, because {'; '.join(why)}; "
                      f"old output moved to {dest}")

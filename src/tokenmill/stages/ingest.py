@@ -88,7 +88,7 @@ class ReadSources(Phase):
         for part, records in enumerate(_parts(reader(file.path, source, stage.config.max_doc_bytes, display),
                                               stage.config.docs_per_shard)):
             table, reasons = records_table(file.source, file, records)
-            entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", table, reasons)
+            entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", file.source, table, reasons)
             entry["input"] = file.relpath
             errors = [r.message for r in records if r.drop is not None]
             entry["errors"] = errors[:MAX_ERRORS_LISTED]

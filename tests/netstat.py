@@ -1,0 +1,36 @@
+"""Listening TCP sockets read from /proc/net (no `ss` needed): (address, port) pairs."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from pathlib import Path
+
+LISTEN = "0A"
+
+
+def _decode(hex_addr: str, family: int) -> str:
+    raw = bytes.fromhex(hex_addr)
+    if family == socket.AF_INET:
+        return socket.inet_ntop(family, struct.pack("<I", struct.unpack(">I", raw)[0]))
+    words = [struct.pack("<I", struct.unpack(">I", raw[i:i + 4])[0]) for i in range(0, 16, 4)]
+    return socket.inet_ntop(family, b"".join(words))
+
+
+def listening_sockets() -> set[tuple[str, int]]:
+    out = set()
+    for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        path = Path("/proc/net") / name
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != LISTEN:
+                continue
+            addr, port = fields[1].split(":")
+            out.add((_decode(addr, family), int(port, 16)))
+    return out
+
+
+def is_loopback(address: str) -> bool:
+    return address.startswith("127.") or address in ("::1", "::ffff:127.0.0.1") or address.startswith("::ffff:127.")

@@ -1,0 +1,95 @@
+"""The `tokenmill` command: errors before any work, a kill -9 of the driver then a rerun, and loopback-only ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import BASELINE_LISTENERS, make_corpus
+from tests.netstat import is_loopback, listening_sockets
+from tests.pipeline.test_runner import run_into, tree
+
+CLI = [sys.executable, "-m", "tokenmill"]
+
+
+def tokenmill(*args, **kwargs):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_bad_config_stops_before_any_work(tmp_path):
+    config = make_corpus(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["sources"][1]["fraction"] = 3
+    data["stages"]["sample"]["speed"] = "fast"
+    config.write_text(yaml.safe_dump(data))
+    result = tokenmill("run", str(config))
+    assert result.returncode == 2
+    assert "sources[1].fraction" in result.stderr and "stages.sample.speed: unknown key" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_validate_and_unknown_stage(tmp_path):
+    config = make_corpus(tmp_path)
+    result = tokenmill("validate", str(config))
+    assert result.returncode == 0 and "6 files" in result.stdout and "ingest -> sample" in result.stdout
+    result = tokenmill("run", str(config), "--stage", "dedup")
+    assert result.returncode == 2 and "--stage dedup: not a configured stage" in result.stderr
+
+
+def test_missing_config_file(tmp_path):
+    result = tokenmill("run", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2 and "cannot read config" in result.stderr
+
+
+@pytest.mark.ray
+def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path):
+    config = make_corpus(tmp_path / "c", n_files=6, docs=60)
+    data = yaml.safe_load(config.read_text())
+    data["ingest"]["docs_per_shard"] = 10
+    config.write_text(yaml.safe_dump(data))
+    run_into(config, tmp_path / "reference")
+
+    env = {**os.environ, "TOKENMILL_TASK_DELAY_S": "0.25", "PYTHONUNBUFFERED": "1"}
+    driver = subprocess.Popen([*CLI, "run", str(config), "--workers", "1"], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    commits = tmp_path / "c" / "out" / "sample" / "_work" / "commits" / "map"
+    listeners: set = set()
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and len(list(commits.glob("*.json"))) < 3:
+            listeners |= listening_sockets()
+            assert driver.poll() is None, driver.stderr.read().decode()
+            time.sleep(0.1)
+        listeners |= listening_sockets()
+        os.kill(driver.pid, signal.SIGKILL)  # the driver only; its Ray cluster is left to itself
+        driver.wait()
+    finally:
+        time.sleep(1)
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)  # then tidy up what the dead driver's cluster left
+        except ProcessLookupError:
+            pass
+    n_committed = len(list(commits.glob("*.json")))
+    n_tasks = len(list((tmp_path / "reference" / "ingest" / "shards").glob("*.parquet")))
+    assert 3 <= n_committed < n_tasks, "the kill must land while some shards are committed and others not"
+    assert not (tmp_path / "c" / "out" / "sample" / "manifest.json").exists()
+
+    public = {(a, p) for a, p in listeners - BASELINE_LISTENERS if not is_loopback(a)}
+    assert not public, f"Ray listens beyond 127.0.0.1: {sorted(public)}"
+    assert any(is_loopback(a) for a, _ in listeners - BASELINE_LISTENERS), "saw no Ray listener at all"
+
+    result = tokenmill("run", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "resumed" in result.stdout
+    assert tree(tmp_path / "c" / "out") == tree(tmp_path / "reference")
+    manifest = json.loads((tmp_path / "c" / "out" / "sample" / "manifest.json").read_text())
+    assert manifest["run_info"]["tasks_skipped"] == n_committed
