@@ -93,3 +93,15 @@ def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path):
     assert tree(tmp_path / "c" / "out") == tree(tmp_path / "reference")
     manifest = json.loads((tmp_path / "c" / "out" / "sample" / "manifest.json").read_text())
     assert manifest["run_info"]["tasks_skipped"] == n_committed
+
+
+@pytest.mark.ray
+def test_join_an_existing_cluster(ray_cluster, tmp_path):
+    import ray
+
+    config = make_corpus(tmp_path)
+    address = ray.get_runtime_context().gcs_address
+    result = tokenmill("run", str(config), "--ray-address", address, "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2  # the shared cluster lives on
+    assert (tmp_path / "out" / "sample" / "manifest.json").exists()

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import lexicon, templates, words_en
-from .grammar import Grammar
+from .grammar import Grammar, SentenceSource
 
 
 @lru_cache(maxsize=None)
@@ -41,8 +41,8 @@ class DocumentMaker:
         # rnd: cheap scalar decisions (lengths, layout); rng: bulk draws for sentence filling.
         self.rnd = rnd
         self.rng = rng
-        self.en = english()
-        self.zh = chinese()
+        self.en = SentenceSource(english(), rng)
+        self.zh = SentenceSource(chinese(), rng)
 
     # -- shared helpers -------------------------------------------------
 
@@ -68,15 +68,15 @@ class DocumentMaker:
     def _pick(self, items: list[str]) -> str:
         return items[self.rnd.randrange(len(items))]
 
-    def _name(self, grammar: Grammar, topic: str, slot: str = "NAME") -> str:
+    def _name(self, grammar: SentenceSource, topic: str, slot: str = "NAME") -> str:
         return self._pick(grammar.lexicon(topic)[slot])
 
     # -- English ----------------------------------------------------------
 
     def _english_list(self, topic: str) -> str:
         en = self.en
-        intro = en.one(self.rng, topic, "intro")
-        items = en.sentences(self.rng, topic, ("l",), self.rnd.randint(3, 7))
+        intro = en.one(topic, "intro")
+        items = en.take(topic, ("l",), self.rnd.randint(3, 7))
         if self.rnd.random() < 0.5:
             lines = [f"- {item}" for item in items]
         else:
@@ -87,14 +87,14 @@ class DocumentMaker:
         """(title, text) of a web page: title line, optional byline, paragraphs, maybe a list or Q&A."""
         en, rng, rnd = self.en, self.rng, self.rnd
         n = self.length(18, 1.0, 2, 450)
-        paragraphs = self._chunks(en.sentences(rng, topic, _WEB_KINDS, n), 1, 6, " ")
+        paragraphs = self._chunks(en.take(topic, _WEB_KINDS, n), 1, 6, " ")
         if n >= 8 and rnd.random() < 0.3:
             self._insert(paragraphs, self._english_list(topic))
         if n >= 6 and rnd.random() < 0.15:
-            q = en.one(rng, topic, "q")
-            a = " ".join(en.sentences(rng, topic, ("s",), 2))
+            q = en.one(topic, "q")
+            a = " ".join(en.take(topic, ("s",), 2))
             self._insert(paragraphs, f"Q: {q}\nA: {a}")
-        title = en.one(rng, topic, "t")
+        title = en.one(topic, "t")
         head = []
         if rnd.random() < 0.8:
             head.append(title)
@@ -110,7 +110,7 @@ class DocumentMaker:
         rnd = self.rnd
         first = self.en.lexicon(topic)["FIRST"]
         lines = []
-        for s in self.en.sentences(self.rng, topic, ("s", "s", "q"), k):
+        for s in self.en.take(topic, ("s", "s", "q"), k):
             who = first[rnd.randrange(len(first))]
             verb = _SPEECH_VERBS[rnd.randrange(len(_SPEECH_VERBS))]
             if s.endswith("?"):
@@ -125,7 +125,7 @@ class DocumentMaker:
         """A long narrative: optional chapter heading, paragraphs of 2-8 sentences, dialogue blocks."""
         en, rnd = self.en, self.rnd
         n = self.length(100, 0.85, 20, 700)
-        paragraphs = self._chunks(en.sentences(self.rng, topic, _BOOK_KINDS, n), 2, 8, " ")
+        paragraphs = self._chunks(en.take(topic, _BOOK_KINDS, n), 2, 8, " ")
         for _ in range(max(1, n // 40)):
             if rnd.random() < dialogue_rate:
                 self._insert(paragraphs, self._dialogue(topic, rnd.randint(2, 6)))
@@ -139,7 +139,7 @@ class DocumentMaker:
         """(text, a quotable sentence) of a short post: greeting, a few sentences, maybe a quote and sign-off."""
         en, rnd = self.en, self.rnd
         n = self.length(4, 0.8, 2, 60)
-        sentences = en.sentences(self.rng, topic, _FORUM_KINDS, n)
+        sentences = en.take(topic, _FORUM_KINDS, n)
         paragraphs = self._chunks(sentences, 1, 3, " ")
         if quote and rnd.random() < 0.3:
             # Replies sometimes quote a sentence of the post they answer, as on real forums.
@@ -158,7 +158,7 @@ class DocumentMaker:
         """(headline, text) of a Chinese news story with dateline, quotes and 一是/二是 lists."""
         zh, rng, rnd = self.zh, self.rng, self.rnd
         n = self.length(12, 0.8, 2, 300)
-        body = zh.sentences(rng, topic, _NEWS_KINDS, n)
+        body = zh.take(topic, _NEWS_KINDS, n)
         style = rnd.random()
         if style < 0.35:
             body[0] = f"本报讯（记者{self._name(zh, topic)}）{body[0]}"
@@ -166,14 +166,14 @@ class DocumentMaker:
             body[0] = f"{self._name(zh, topic, 'CITY')}{self._name(zh, topic, 'MONTHDAY')}电　{body[0]}"
         paragraphs = self._chunks(body, 1, 4, "")
         if rnd.random() < 0.2:
-            items = zh.sentences(rng, topic, ("l",), 3)
+            items = zh.take(topic, ("l",), 3)
             self._insert(paragraphs, f"具体来看，一是{items[0]}；二是{items[1]}；三是{items[2]}。")
         if rnd.random() < 0.3:
-            quote = "".join(zh.sentences(rng, topic, ("s",), 2))
+            quote = "".join(zh.take(topic, ("s",), 2))
             self._insert(paragraphs, f"{self._name(zh, topic)}说：“{quote}”")
         if rnd.random() < 0.2:
             paragraphs.append(f"（责任编辑：{self._name(zh, topic)}）")
-        headline = zh.one(rng, topic, "t")
+        headline = zh.one(topic, "t")
         if rnd.random() < 0.7:
             paragraphs.insert(0, headline)
         return headline, "\n\n".join(paragraphs)

@@ -15,7 +15,7 @@ from .planted import dumps
 # file name in its header; zstd compresses each file in one call, so the frame
 # header carries the content size and readers may use either one-shot or
 # streaming decompression.
-GZIP_LEVEL = 6
+GZIP_LEVEL = 4  # ~3x faster than 6 for ~7% larger files; generation speed matters more
 ZSTD_LEVEL = 3
 PARQUET_ROW_GROUP_SIZE = 64
 PARQUET_COMPRESSION = "zstd"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from operator import getitem
+from typing import Callable
 
 import numpy as np
 
@@ -15,7 +16,7 @@ _SLOT = re.compile(r"\{([A-Z]+)(_C)?(\d?)\}")
 # At most this many slots per template (one random column each).
 ROW_WIDTH = 9
 
-Compiled = tuple[str, tuple[list[str], ...]]
+Compiled = tuple[Callable[..., str], tuple[list[str], ...]]  # (bound str.format, slot lists)
 
 
 class Grammar:
@@ -25,7 +26,6 @@ class Grammar:
         self._lexicons = lexicons
         self._templates = templates
         self._capitalized: dict[tuple[str, str], list[str]] = {}
-        self._pools: dict[tuple[str, tuple[str, ...]], list[Compiled]] = {}
         self._tables: dict[tuple[str, tuple[str, ...]], tuple[list[Compiled], np.ndarray]] = {}
 
     @property
@@ -54,19 +54,14 @@ class Grammar:
         fmt = _SLOT.sub(take, template)
         if len(slots) > ROW_WIDTH:
             raise ValueError(f"template has too many slots: {template!r}")
-        return fmt, tuple(slots)
+        return fmt.format, tuple(slots)  # the bound method saves an attribute lookup per sentence
 
-    def pool(self, topic: str, kinds: tuple[str, ...]) -> list[Compiled]:
-        """Templates of the given kinds; repeating a kind in `kinds` weights it up."""
-        key = (topic, kinds)
-        if key not in self._pools:
-            self._pools[key] = [self._compile(topic, t) for kind in kinds for t in self._templates[kind]]
-        return self._pools[key]
-
-    def _table(self, key) -> tuple[list[Compiled], np.ndarray]:
-        """The pool and a (templates x ROW_WIDTH) array of slot list lengths (1 where a slot is unused)."""
+    def _table(self, key: tuple[str, tuple[str, ...]]) -> tuple[list[Compiled], np.ndarray]:
+        """Compiled templates of the given kinds (repeating a kind weights it up) and a
+        (templates x ROW_WIDTH) array of slot list lengths, 1 where a slot is unused."""
         if key not in self._tables:
-            pool = self.pool(*key)
+            topic, kinds = key
+            pool = [self._compile(topic, t) for kind in kinds for t in self._templates[kind]]
             lengths = np.ones((len(pool), ROW_WIDTH), dtype=np.float64)
             for t, (_, slots) in enumerate(pool):
                 lengths[t, : len(slots)] = [len(s) for s in slots]
@@ -84,10 +79,47 @@ class Grammar:
         out = []
         append = out.append
         for t, row in zip(picks.tolist(), index):
-            fmt, slots = pool[t]
+            fill, slots = pool[t]
             # map() stops at the template's slot count; the unused columns are ignored.
-            append(fmt.format(*map(getitem, slots, row)))
+            append(fill(*map(getitem, slots, row)))
         return out
 
     def one(self, rng: np.random.Generator, topic: str, kind: str) -> str:
         return self.sentences(rng, topic, (kind,), 1)[0]
+
+
+class SentenceSource:
+    """Hands out sentences from per-(topic, kinds) buffers refilled in large batches.
+
+    A document asks for a handful of sentences at a time; drawing them in batches of
+    thousands amortizes the fixed cost of each numpy call. Output stays a pure function
+    of the generator's seed and the sequence of requests.
+    """
+
+    # Batches start small and double per refill, so rarely used kinds (titles, list
+    # items) and small corpora do not pay for thousands of unused sentences.
+    FIRST_BATCH = 32
+    MAX_BATCH = 4096
+
+    def __init__(self, grammar: Grammar, rng: np.random.Generator):
+        self.grammar = grammar
+        self.rng = rng
+        self._buffers: dict[tuple[str, tuple[str, ...]], tuple[list[str], int]] = {}
+        self._batch: dict[tuple[str, tuple[str, ...]], int] = {}
+
+    def lexicon(self, topic: str) -> dict[str, list[str]]:
+        return self.grammar.lexicon(topic)
+
+    def take(self, topic: str, kinds: tuple[str, ...], n: int) -> list[str]:
+        key = (topic, kinds)
+        buffer, pos = self._buffers.get(key, ([], 0))
+        if len(buffer) - pos < n:
+            batch = self._batch.get(key, self.FIRST_BATCH)
+            self._batch[key] = min(2 * batch, self.MAX_BATCH)
+            buffer = buffer[pos:] + self.grammar.sentences(self.rng, topic, kinds, max(n, batch))
+            pos = 0
+        self._buffers[key] = (buffer, pos + n)
+        return buffer[pos : pos + n]
+
+    def one(self, topic: str, kind: str) -> str:
+        return self.take(topic, (kind,), 1)[0]

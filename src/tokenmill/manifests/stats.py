@@ -6,7 +6,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 NO_SUBSET = "(none)"
@@ -75,22 +74,19 @@ class SourceTally:
 
 def tally_table(table: pa.Table, reasons: pa.Array) -> SourceTally:
     """Count a processed shard: `reasons` is null for kept rows, the drop reason otherwise."""
-    from tokenmill.pipeline.documents import utf8_lengths
+    import pyarrow.compute as pc
 
-    nbytes = utf8_lengths(table.column("text")) if table.num_rows else np.zeros(0, np.int64)
-    subsets = [NO_SUBSET if s is None else s for s in table.column("subset").to_pylist()]
-    reason_list = reasons.to_pylist()
+    grouped = pa.table({
+        "subset": pc.fill_null(table.column("subset"), NO_SUBSET),
+        "reason": pc.fill_null(reasons, ""),
+        "bytes": pc.binary_length(table.column("text")).cast(pa.int64()),
+    }).group_by(["subset", "reason"]).aggregate([("bytes", "sum"), ("bytes", "count")])
     result = SourceTally()
-    per_subset: dict[str, Tally] = {}
-    for subset, reason, size in zip(subsets, reason_list, nbytes.tolist()):
-        tally = per_subset.setdefault(subset, Tally())
-        tally.docs_in += 1
-        tally.bytes_in += size
-        if reason is None:
-            tally.docs_out += 1
-            tally.bytes_out += size
+    for row in grouped.to_pylist():
+        docs, size = row["bytes_count"], row["bytes_sum"] or 0
+        if row["reason"]:
+            tally = Tally(docs, 0, size, 0, Counter({row["reason"]: docs}))
         else:
-            tally.drops[reason] += 1
-    for subset, tally in per_subset.items():
-        result = result + SourceTally(tally, {subset: tally})
+            tally = Tally(docs, docs, size, size)
+        result = result + SourceTally(tally, {row["subset"]: tally})
     return result

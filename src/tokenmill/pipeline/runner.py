@@ -148,8 +148,8 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     manifest = read_manifest(fs, stage_dir)
     if previous is not None and manifest is not None:
         reporter.note(f"{stage.name}: up to date")
-        content = manifest["content"]
-        return StageReport(stage.name, "up to date", 0, len(content["shards"]), content["totals"], 0.0,
+        content, info = manifest["content"], manifest["run_info"]
+        return StageReport(stage.name, "up to date", 0, info["tasks_run"] + info["tasks_skipped"], content["totals"], 0.0,
                            storage.join(stage_dir, "manifest.json"), notes)
     if previous is None:
         storage.write_json_atomic(fs, storage.join(stage_dir, KEY_FILE),
