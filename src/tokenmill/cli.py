@@ -55,6 +55,23 @@ def _print_summary(reports) -> None:
     for r in reports:
         drops = ", ".join(f"{k} {v:,}" for k, v in sorted(r.totals["drops"].items())) or "none"
         out.print(f"  {r.stage}: dropped {drops}; manifest {r.manifest}")
+        errors = _first_errors(r.manifest)
+        for message in errors:
+            out.print(f"    [dim]{message}[/]")
+
+
+def _first_errors(manifest_path: str, limit: int = 5) -> list[str]:
+    """The first bad records a stage named (file and line), so a person sees them without opening the manifest."""
+    import json
+
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            shards = json.load(f)["content"]["shards"]
+    except (OSError, ValueError, KeyError):
+        return []
+    errors = [e for s in shards for e in s.get("errors", [])]
+    more = len(errors) - limit
+    return errors[:limit] + ([f"... {more} more in the manifest and under dropped/"] if more > 0 else [])
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -107,7 +107,7 @@ def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_s
         quota = [MIN_RECORDS_PER_FILE] * n
         byte_quota = math.ceil(target_bytes * spec.share / n)
         latest = quota
-    # Each planter goes to a file (round robin) before a given number of valid records.
+    # Each planter goes to a file (round robin), after a given number of generated records.
     plan: dict[int, list] = {f: [] for f in range(n)}
     for j, p in enumerate(p for p in PLANTERS if p.source == spec.name):
         f = j % n
@@ -124,7 +124,7 @@ def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_s
         path = out / rel
         shard = JsonlShard(path, spec.compression) if spec.format == "jsonl" else ParquetShard(path, spec.schema)
         pending = sorted(plan[f], key=lambda item: item[:2])
-        valid = file_bytes = 0
+        generated = valid = file_bytes = 0  # quotas and plant positions count generated records only
 
         def plant_due(limit: float) -> None:
             nonlocal valid, file_bytes
@@ -144,11 +144,12 @@ def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_s
                 entries.append(entry)
 
         while True:
-            plant_due(valid)
-            if valid >= quota[f] and (byte_quota is None or file_bytes >= byte_quota):
+            plant_due(generated)
+            if generated >= quota[f] and (byte_quota is None or file_bytes >= byte_quota):
                 break
             record, text = next(records)
             shard.add_record(record)
+            generated += 1
             valid += 1
             file_bytes += len(text.encode("utf-8"))
         plant_due(math.inf)  # positions past the end of a short file

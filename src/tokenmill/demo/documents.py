@@ -40,7 +40,6 @@ class DocumentMaker:
     def __init__(self, rnd: random.Random, rng: np.random.Generator):
         # rnd: cheap scalar decisions (lengths, layout); rng: bulk draws for sentence filling.
         self.rnd = rnd
-        self.rng = rng
         self.en = SentenceSource(english(), rng)
         self.zh = SentenceSource(chinese(), rng)
 
@@ -68,8 +67,9 @@ class DocumentMaker:
     def _pick(self, items: list[str]) -> str:
         return items[self.rnd.randrange(len(items))]
 
-    def _name(self, grammar: SentenceSource, topic: str, slot: str = "NAME") -> str:
-        return self._pick(grammar.lexicon(topic)[slot])
+    def _name(self, source: SentenceSource, topic: str, slot: str = "NAME") -> str:
+        """One entry of a lexicon slot (a name, a date, a city) picked with the scalar generator."""
+        return self._pick(source.lexicon(topic)[slot])
 
     # -- English ----------------------------------------------------------
 
@@ -85,7 +85,7 @@ class DocumentMaker:
 
     def web_article(self, topic: str) -> tuple[str, str]:
         """(title, text) of a web page: title line, optional byline, paragraphs, maybe a list or Q&A."""
-        en, rng, rnd = self.en, self.rng, self.rnd
+        en, rnd = self.en, self.rnd
         n = self.length(18, 1.0, 2, 450)
         paragraphs = self._chunks(en.take(topic, _WEB_KINDS, n), 1, 6, " ")
         if n >= 8 and rnd.random() < 0.3:
@@ -156,7 +156,7 @@ class DocumentMaker:
 
     def news_story(self, topic: str) -> tuple[str, str]:
         """(headline, text) of a Chinese news story with dateline, quotes and 一是/二是 lists."""
-        zh, rng, rnd = self.zh, self.rng, self.rnd
+        zh, rnd = self.zh, self.rnd
         n = self.length(12, 0.8, 2, 300)
         body = zh.take(topic, _NEWS_KINDS, n)
         style = rnd.random()
@@ -169,7 +169,7 @@ class DocumentMaker:
             items = zh.take(topic, ("l",), 3)
             self._insert(paragraphs, f"具体来看，一是{items[0]}；二是{items[1]}；三是{items[2]}。")
         if rnd.random() < 0.3:
-            quote = "".join(zh.take(topic, ("s",), 2))
+            quote = "".join(zh.take(topic, ("quote",), rnd.randint(1, 3)))
             self._insert(paragraphs, f"{self._name(zh, topic)}说：“{quote}”")
         if rnd.random() < 0.2:
             paragraphs.append(f"（责任编辑：{self._name(zh, topic)}）")

@@ -1,0 +1,116 @@
+"""Benchmark ingest + sample on a generated corpus of >= 200 MB: documents/s and MB/s with 1 and 2 workers, as JSON.
+
+Side by side in one run, against a baseline: the same files read in one plain Python process (decompress,
+json.loads / pyarrow) with nothing written. Report ratios, not absolute times, when comparing machines.
+
+    python benchmarks/ingest_sample.py [--target-mb 200] [--dir bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import zstandard
+
+
+def plain_read(config) -> dict:
+    """Read every source file in one process, the plainest way (nothing written): the floor any pipeline pays."""
+    from tokenmill.pipeline.config import source_files
+
+    docs = nbytes = 0
+    start = time.perf_counter()
+    for source in config.sources:
+        _, files = source_files(config, source)
+        for f in files:
+            name = str(f)
+            if name.endswith(".parquet"):
+                for batch in pq.ParquetFile(name).iter_batches(columns=[source.text_field.split(".")[0]]):
+                    for text in batch.column(0).to_pylist():
+                        docs += 1
+                        nbytes += len(text.encode()) if text else 0
+                continue
+            if name.endswith(".gz"):
+                stream = gzip.open(name, "rb")
+            elif name.endswith(".zst"):
+                stream = zstandard.ZstdDecompressor().stream_reader(open(name, "rb"), read_across_frames=True)
+            else:
+                stream = open(name, "rb")
+            for line in io.BufferedReader(stream):
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                text = obj
+                for part in source.text_field.split("."):
+                    text = text.get(part) if isinstance(text, dict) else None
+                docs += 1
+                nbytes += len(text.encode()) if isinstance(text, str) else 0
+    seconds = time.perf_counter() - start
+    return {"seconds": round(seconds, 3), "docs": docs, "text_mb": round(nbytes / 1e6, 1),
+            "docs_per_s": round(docs / seconds), "mb_per_s": round(nbytes / 1e6 / seconds, 2)}
+
+
+def pipeline_run(config, output: Path, workers: int) -> dict:
+    from tokenmill.pipeline.runner import run_pipeline
+
+    shutil.rmtree(output, ignore_errors=True)
+    start = time.perf_counter()
+    reports = run_pipeline(config.model_copy(update={"output": str(output)}), workers=workers)
+    wall = time.perf_counter() - start
+    out = {"workers": workers, "wall_seconds": round(wall, 3)}
+    for r in reports:
+        docs, mb = r.totals["docs_in"], r.totals["bytes_in"] / 1e6
+        out[r.stage] = {"seconds": r.seconds, "docs_in": docs, "text_mb_in": round(mb, 1),
+                        "docs_per_s": round(docs / r.seconds), "mb_per_s": round(mb / r.seconds, 2)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target-mb", type=float, default=200)
+    parser.add_argument("--dir", default="bench")
+    args = parser.parse_args()
+
+    from tokenmill.demo import write_demo_corpus
+    from tokenmill.pipeline.config import load_config, source_files
+    from tokenmill.pipeline.ray_cluster import start_local
+
+    corpus = Path(args.dir) / f"corpus-{int(args.target_mb)}mb"
+    if not (corpus / "demo.yaml").exists():
+        t = time.perf_counter()
+        write_demo_corpus(corpus, target_bytes=int(args.target_mb * 1e6))
+        print(f"generated {corpus} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+    config = load_config(corpus / "demo.yaml")
+    files = [f for s in config.sources for f in source_files(config, s)[1]]
+    start_local(num_cpus=2)
+    baseline = plain_read(config)
+    runs = [pipeline_run(config, Path(args.dir) / f"out-w{w}", w) for w in (1, 2)]
+    one, two = runs
+    result = {
+        "benchmark": "ingest_sample",
+        "corpus": {"files": len(files), "file_mb": round(sum(f.stat().st_size for f in files) / 1e6, 1),
+                   "text_mb": baseline["text_mb"], "docs": baseline["docs"]},
+        "cpus": os.cpu_count(),
+        "baseline_plain_read_1_process": baseline,
+        "pipeline": runs,
+        "ratios": {
+            "ingest_1_worker_vs_plain_read": round(one["ingest"]["mb_per_s"] / baseline["mb_per_s"], 3),
+            "ingest_2_workers_vs_1": round(two["ingest"]["mb_per_s"] / one["ingest"]["mb_per_s"], 3),
+            "sample_2_workers_vs_1": round(two["sample"]["mb_per_s"] / one["sample"]["mb_per_s"], 3),
+        },
+    }
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
