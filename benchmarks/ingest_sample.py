@@ -89,7 +89,9 @@ def main() -> int:
         t = time.perf_counter()
         write_demo_corpus(corpus, target_bytes=int(args.target_mb * 1e6))
         print(f"generated {corpus} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+    # Production-sized shards (the demo's are small so that its few MB still spread over tasks).
     config = load_config(corpus / "demo.yaml")
+    config = config.model_copy(update={"ingest": config.ingest.model_copy(update={"docs_per_shard": 10_000})})
     files = [f for s in config.sources for f in source_files(config, s)[1]]
     start_local(num_cpus=2)
     baseline = plain_read(config)

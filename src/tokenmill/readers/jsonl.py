@@ -14,6 +14,10 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every line: json.loads with options builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def read_jsonl(path: str, source, max_doc_bytes: int, display: str) -> Iterator[Record]:
     """Yield one record per non-blank line; `display` names the file in messages."""
     with open_binary(path) as stream:
@@ -32,7 +36,7 @@ def read_jsonl(path: str, source, max_doc_bytes: int, display: str) -> Iterator[
                              message=f"{where}: invalid UTF-8 at byte {err.start} of the line")
                 continue
             try:
-                obj = json.loads(text, parse_constant=_reject_constant)
+                obj = _DECODER.decode(text)
             except (ValueError, RecursionError) as err:
                 yield Record(index, text[:PREVIEW_CHARS], drop="bad_json", message=f"{where}: invalid JSON: {err}")
                 continue
