@@ -12,9 +12,9 @@ KEY_FILE = "_work/key.json"
 SUPERSEDED = "_superseded"
 
 
-def stage_key(identity: dict[str, Any], input_hash: str, stamp: Any = None) -> dict[str, Any]:
-    """What a committed task must match to be reused: config hash, input manifest hash, schema version."""
-    key = {"config_hash": digest(identity), "input_hash": input_hash, "schema_version": SCHEMA_VERSION}
+def stage_key(stage: str, identity: dict[str, Any], input_hash: str, stamp: Any = None) -> dict[str, Any]:
+    """What a committed task must match to be reused: stage, config hash, input manifest hash, schema version."""
+    key = {"stage": stage, "config_hash": digest(identity), "input_hash": input_hash, "schema_version": SCHEMA_VERSION}
     if stamp is not None:
         key["input_stamp"] = digest(stamp)
     return key

@@ -133,7 +133,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     started = time.time()
     identity = stage.identity()
     descriptor, input_hash, stamp, upstream, input_dir = _input_of(fs, root, stages, index)
-    key = stage_key(identity, input_hash, stamp)
+    key = stage_key(stage.name, identity, input_hash, stamp)
     previous = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
     notes: list[str] = []
     if (previous is not None and previous.get("key") != key) or (previous is None and storage.exists(fs, stage_dir)):

@@ -75,7 +75,7 @@ def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, An
     from tokenmill.pipeline.documents import digest
 
     # One set-up per worker and stage run: models and indexes load once, not once per task.
-    cache_key = digest([env.stage_key, env.phase_index])
+    cache_key = digest([type(stage).__qualname__, env.stage_key, env.phase_index])
     if cache_key not in _SET_UP:
         stage.setup(shared)
         _SET_UP.clear()
