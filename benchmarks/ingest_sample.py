@@ -94,7 +94,7 @@ def main() -> int:
     config = config.model_copy(update={"ingest": config.ingest.model_copy(update={"docs_per_shard": 10_000})})
     files = [f for s in config.sources for f in source_files(config, s)[1]]
     start_local(num_cpus=2)
-    baseline = plain_read(config)
+    baseline = min((plain_read(config) for _ in range(2)), key=lambda r: r["seconds"])  # best of 2: less noise
     runs = [pipeline_run(config, Path(args.dir) / f"out-w{w}", w) for w in (1, 2)]
     one, two = runs
     result = {

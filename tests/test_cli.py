@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import BASELINE_LISTENERS, make_corpus
+from tests.conftest import BASELINE_LISTENERS, make_corpus, write_jsonl
 from tests.netstat import is_loopback, listening_sockets
 from tests.pipeline.test_runner import run_into, tree
 
@@ -51,17 +51,20 @@ def test_missing_config_file(tmp_path):
 
 
 @pytest.mark.ray
-def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path):
+@pytest.mark.parametrize("stage", ["ingest", "sample"])
+def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path, stage):
     config = make_corpus(tmp_path / "c", n_files=6, docs=60)
     data = yaml.safe_load(config.read_text())
     data["ingest"]["docs_per_shard"] = 10
     config.write_text(yaml.safe_dump(data))
+    for i in range(6, 12):  # more files: ingest has a task per file
+        write_jsonl(tmp_path / "c" / "data" / "en" / f"extra-{i}.jsonl", [{"id": f"x{i}-{j}", "text": f"extra {i} {j}"} for j in range(15)])
     run_into(config, tmp_path / "reference")
 
     env = {**os.environ, "TOKENMILL_TASK_DELAY_S": "0.25", "PYTHONUNBUFFERED": "1"}
     driver = subprocess.Popen([*CLI, "run", str(config), "--workers", "1"], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    commits = tmp_path / "c" / "out" / "sample" / "_work" / "commits" / "map"
+    commits = tmp_path / "c" / "out" / stage / "_work" / "commits" / ("read" if stage == "ingest" else "map")
     listeners: set = set()
     try:
         deadline = time.time() + 180
@@ -79,9 +82,10 @@ def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path):
         except ProcessLookupError:
             pass
     n_committed = len(list(commits.glob("*.json")))
-    n_tasks = len(list((tmp_path / "reference" / "ingest" / "shards").glob("*.parquet")))
-    assert 3 <= n_committed < n_tasks, "the kill must land while some shards are committed and others not"
-    assert not (tmp_path / "c" / "out" / "sample" / "manifest.json").exists()
+    reference_commits = tmp_path / "reference" / stage / "_work" / "commits" / commits.name
+    n_tasks = len(list(reference_commits.glob("*.json")))
+    assert 3 <= n_committed < n_tasks, "the kill must land while some tasks are committed and others not"
+    assert not (tmp_path / "c" / "out" / stage / "manifest.json").exists()
 
     public = {(a, p) for a, p in listeners - BASELINE_LISTENERS if not is_loopback(a)}
     assert not public, f"Ray listens beyond 127.0.0.1: {sorted(public)}"
@@ -91,7 +95,7 @@ def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "resumed" in result.stdout
     assert tree(tmp_path / "c" / "out") == tree(tmp_path / "reference")
-    manifest = json.loads((tmp_path / "c" / "out" / "sample" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "c" / "out" / stage / "manifest.json").read_text())
     assert manifest["run_info"]["tasks_skipped"] == n_committed
 
 

@@ -202,3 +202,30 @@ def test_failing_shard_is_named_and_the_others_commit(ray_cluster, corpus, tmp_p
     committed = list((tmp_path / "x" / "fail_on_zh" / "_work" / "commits" / "map").glob("en.*.json"))
     assert len(committed) == len(list((tmp_path / "x" / "ingest" / "shards").glob("en.*")))
     assert not (tmp_path / "x" / "fail_on_zh" / "manifest.json").exists()
+
+
+def test_new_input_file_recomputes_ingest_and_later(ray_cluster, corpus, tmp_path):
+    out = tmp_path / "n"
+    run_into(corpus, out)
+    extra = corpus.parent / "data" / "en" / "part-9.jsonl"
+    extra.write_text(json.dumps({"id": "new-1", "text": "a brand new document"}) + "\n")
+    reports = run_into(corpus, out)
+    assert [r.status for r in reports] == ["ran", "ran"]
+    assert "its input changed" in reports[0].notes[0]
+    superseded = list((out / "_superseded").glob("*"))
+    assert len(superseded) == 1 and {p.name for p in superseded[0].iterdir()} == {"ingest", "sample"}
+    run_into(corpus, tmp_path / "fresh")
+    assert tree(out) == tree(tmp_path / "fresh")
+
+
+def test_keep_dropped_false_writes_no_dropped_files(ray_cluster, corpus, tmp_path):
+    data = yaml.safe_load(corpus.read_text())
+    data["ingest"]["keep_dropped"] = False
+    data["stages"]["sample"] = {"keep_dropped": False}
+    quiet = corpus.with_name("quiet.yaml")
+    quiet.write_text(yaml.safe_dump(data))
+    reports = run_into(quiet, tmp_path / "q")
+    assert reports[1].totals["drops"]["sampled_out"] > 0
+    assert not (tmp_path / "q" / "ingest" / "dropped").exists() and not (tmp_path / "q" / "sample" / "dropped").exists()
+    manifest = json.loads((tmp_path / "q" / "sample" / "manifest.json").read_text())
+    assert all(s["dropped_path"] is None for s in manifest["content"]["shards"])
