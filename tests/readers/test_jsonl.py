@@ -19,7 +19,8 @@ def lines(n):
 
 
 def read(path, source=SRC, limit=1 << 20):
-    return list(read_jsonl(str(path), source, limit, "s:f.jsonl"))
+    source = source.model_copy(update={"max_record_bytes": limit})
+    return list(read_jsonl(str(path), source, "s:f.jsonl"))
 
 
 @pytest.mark.parametrize("suffix, pack", [
@@ -80,15 +81,15 @@ def test_each_bad_line_is_named(tmp_path):
         (0, None), (1, "bad_json"), (2, "decode_error"), (3, "not_an_object"), (4, "empty_text"),
         (5, "missing_text"), (6, "bad_text_type"), (7, "missing_id"), (9, "bad_json"), (10, None),
     ]
-    assert records[2].message.startswith("s:f.jsonl:3: invalid UTF-8")
+    assert records[2].message.startswith("s:f.jsonl:3: invalid utf-8")
     assert records[-1].text == "no newline"
 
 
-def test_too_large_line_is_skipped_without_holding_it(tmp_path):
+def test_record_too_large_line_is_skipped_without_holding_it(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_bytes(lines(2) + json.dumps({"id": "big", "text": "x" * 50_000}).encode() + b"\n" + lines(1))
     records = read(path, limit=4096)
-    assert [r.drop for r in records] == [None, None, "too_large", None]
+    assert [r.drop for r in records] == [None, None, "record_too_large", None]
     assert records[2].text == "" and records[3].id == "d0"
 
 

@@ -18,7 +18,7 @@ def write(path, n):
 
 def test_rows_become_records(tmp_path):
     write(tmp_path / "b.parquet", 3000)
-    records = list(read_parquet(str(tmp_path / "b.parquet"), SRC, 1 << 20, "b:b.parquet"))
+    records = list(read_parquet(str(tmp_path / "b.parquet"), SRC, "b:b.parquet"))
     assert len(records) == 3000
     assert records[1].id == "b1" and records[1].subset == "g" and records[1].meta == {"genre": "g", "year": 1}
     assert records[0].drop == "empty_text" and records[1].drop is None
@@ -28,5 +28,5 @@ def test_damaged_file_is_a_named_read_error(tmp_path):
     write(tmp_path / "b.parquet", 100)
     data = (tmp_path / "b.parquet").read_bytes()
     (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])
-    records = list(read_parquet(str(tmp_path / "cut.parquet"), SRC, 1 << 20, "b:cut.parquet"))
+    records = list(read_parquet(str(tmp_path / "cut.parquet"), SRC, "b:cut.parquet"))
     assert records[-1].drop == "read_error" and "b:cut.parquet" in records[-1].message

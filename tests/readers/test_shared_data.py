@@ -8,7 +8,7 @@ from tokenmill.readers.jsonl import read_jsonl
 
 def test_pile_zst_with_ascii_escapes(shared_data):
     src = SourceConfig(name="pile", format="jsonl", paths=["x"], subset_field="meta.pile_set_name")
-    records = list(read_jsonl(str(shared_data / "pile" / "the_pile_hf_dummy_train00.jsonl.zst"), src, 1 << 26, "pile"))
+    records = list(read_jsonl(str(shared_data / "pile" / "the_pile_hf_dummy_train00.jsonl.zst"), src, "pile"))
     assert len(records) == 1 and records[0].drop is None
     assert records[0].subset == "Pile-CC" and len(records[0].text) == 13_274
     assert "\\u" not in records[0].text  # \uXXXX escapes decoded by the JSON parser, not left in
@@ -17,7 +17,7 @@ def test_pile_zst_with_ascii_escapes(shared_data):
 def test_dolma_cc_gz_empty_texts_and_line_separators(shared_data):
     src = SourceConfig(name="cc", format="jsonl", paths=["x"], id_field="id")
     path = shared_data / "commoncrawl" / "dolma_CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz"
-    records = list(read_jsonl(str(path), src, 1 << 26, "cc"))
+    records = list(read_jsonl(str(path), src, "cc"))
     assert len(records) == 697
     assert sum(r.drop == "empty_text" for r in records) == 27
     assert all(r.drop in (None, "empty_text") for r in records)

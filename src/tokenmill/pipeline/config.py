@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
 import glob
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -24,13 +25,13 @@ class SourceConfig(StrictModel):
     name: str
     """Short name, written to the `source` column and used in shard names (letters, digits, `_.-`)."""
     format: str
-    """Reader to use: `jsonl` (plain, .gz, .zst) or `parquet`."""
+    """Reader: `jsonl`, `json`, `csv`, `tsv`, `text`, `parquet`, `pile`, `reddit`, `cc_wet`, `cc_warc` (see docs/readers.md)."""
     paths: list[str] = Field(min_length=1)
     """Glob patterns (`**` allowed), relative to the config file's folder; each must match a file."""
     root: Optional[str] = None
     """Folder that document ids are relative to; default: the deepest folder common to `paths`."""
-    text_field: str = "text"
-    """Field holding the text; a dotted path reaches into nested objects (`post.body`)."""
+    text_field: Union[str, list[str]] = "text"
+    """Field holding the text; a dotted path reaches into nested objects (`post.body`); a list of fields is joined by a blank line."""
     id_field: Optional[str] = None
     """Field holding the source's own document id (kept unchanged); default: source/path/record-index."""
     subset_field: Optional[str] = None
@@ -39,6 +40,14 @@ class SourceConfig(StrictModel):
     """Share of documents the `sample` stage keeps, in (0, 1]. Upsampling is the loader's job."""
     language: str = "en"
     """Language of the source (ISO 639-1), used when no stage has detected one."""
+    encoding: str = "utf-8"
+    """Text encoding: `utf-8`, a codec name (`gb18030`, `cp1252` ...), or `auto` (UTF-8 when valid, else detected per record)."""
+    max_window_log: int = Field(default=27, ge=10, le=31)
+    """Largest zstd window (log2 bytes) a file may ask for; Pushshift dumps need 31. Caps decompression memory."""
+    max_record_bytes: int = Field(default=64 * 2**20, ge=1024)
+    """A record longer than this is dropped as `record_too_large` without being held in memory."""
+    options: dict[str, Any] = {}
+    """Options of the reader (e.g. csv `delimiter`, `header`, `columns`; json `items`); see docs/readers.md."""
 
     @field_validator("name")
     @classmethod
@@ -56,14 +65,38 @@ class SourceConfig(StrictModel):
             raise ValueError(f"unknown format {value!r}; known: {', '.join(sorted(READERS))}")
         return value
 
+    @field_validator("encoding")
+    @classmethod
+    def _encoding_known(cls, value: str) -> str:
+        if value != "auto":
+            try:
+                codecs.lookup(value)
+            except LookupError:
+                raise ValueError(f"unknown encoding {value!r}; use a Python codec name or 'auto'") from None
+        return value
+
+    @model_validator(mode="after")
+    def _reader_fits(self) -> "SourceConfig":
+        from tokenmill.readers import READERS
+
+        reader = READERS[self.format]
+        if reader.line_based and self.encoding != "auto" and "\n".encode(self.encoding) != b"\n":
+            raise ValueError(f"encoding {self.encoding!r} cannot be split into lines; re-encode the files as UTF-8")
+        reader.parse_options(self.options)  # raises ValueError naming the option
+        return self
+
+    def reader_options(self) -> Any:
+        """This source's `options`, validated by its reader's own model."""
+        from tokenmill.readers import READERS
+
+        return READERS[self.format].parse_options(self.options)
+
 
 class IngestConfig(StrictModel):
     """Options of the implicit first stage that reads the sources into Parquet shards."""
 
     docs_per_shard: int = Field(default=10_000, ge=1)
     """Records per ingest shard; a file with more records is split into parts."""
-    max_doc_bytes: int = Field(default=64 * 2**20, ge=1024)
-    """A record larger than this is dropped as `too_large` without being held in memory."""
     keep_dropped: bool = True
     """Write unreadable and empty records under `<output>/ingest/dropped/`."""
 

@@ -1,9 +1,21 @@
-"""Readers turn source files into document records; `READERS` maps a source's `format` to its reader."""
+"""Readers turn source files into document records; `READERS` maps a source's `format` to its Reader."""
 
-from tokenmill.readers.jsonl import read_jsonl
-from tokenmill.readers.parquet import read_parquet
+from tokenmill.readers.base import COMMON_DROP_REASONS, Reader
+from tokenmill.readers.jsonl import JSONL
+from tokenmill.readers.parquet import PARQUET
+from tokenmill.readers.warc import CC_WARC, CC_WET
 
-READERS = {
-    "jsonl": read_jsonl,
-    "parquet": read_parquet,
+READERS: dict[str, Reader] = {
+    "jsonl": JSONL,
+    "parquet": PARQUET,
+    "cc_wet": CC_WET,
+    "cc_warc": CC_WARC,
 }
+
+
+def reader_drop_reasons() -> tuple[str, ...]:
+    """Every reason any reader may drop a record for: ingest's closed set."""
+    reasons = list(COMMON_DROP_REASONS)
+    for reader in READERS.values():
+        reasons += [r for r in reader.drop_reasons if r not in reasons]
+    return tuple(reasons)

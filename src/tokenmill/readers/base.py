@@ -1,20 +1,26 @@
-"""The record a reader yields, the reader-level drop reasons, and field access by dotted path."""
+"""What every reader shares: the record it yields, the Reader declaration, decoding, and field access."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Optional
 
-READER_DROP_REASONS = (
+from pydantic import ValidationError
+
+from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.readers.compression import open_binary
+
+if TYPE_CHECKING:
+    from tokenmill.pipeline.config import SourceConfig
+
+COMMON_DROP_REASONS = (
     "read_error",  # the file is damaged from here on (truncated or corrupt compression, I/O error)
-    "decode_error",  # the record's bytes are not valid UTF-8
-    "bad_json",  # the line is not valid JSON
-    "not_an_object",  # valid JSON, but not an object with fields
+    "decode_error",  # the record's bytes are not valid in the source's encoding
     "missing_text",  # the text field is absent or null
     "bad_text_type",  # the text field is not a string
     "empty_text",  # the text is empty or whitespace only
     "missing_id",  # `id_field` is configured but absent in this record
-    "too_large",  # the record exceeds `ingest.max_doc_bytes`; skipped without being held in memory
+    "record_too_large",  # the record exceeds `max_record_bytes`; skipped without being held in memory
 )
 
 PREVIEW_CHARS = 2000
@@ -28,13 +34,69 @@ class Record:
     """One record of a source file: a document, or a drop with its reason and a message naming file and line."""
 
     index: int
-    """0-based position in the file (line for line formats, row for tables); the default id uses it."""
+    """0-based position in the file (line, row, or WARC record); the default id uses it."""
     text: str
     id: Optional[str] = None
     subset: Optional[str] = None
     meta: Optional[dict[str, Any]] = None
     drop: Optional[str] = None
     message: Optional[str] = None
+
+
+class NoOptions(StrictModel):
+    """This reader takes no `options`."""
+
+
+ReadFn = Callable[[str, "SourceConfig", str], Iterator[Record]]
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A source format: how to read one file into records, and what it may drop records for."""
+
+    read: ReadFn
+    """`read(path, source, display)`: records of one file; `display` names the file in messages."""
+    drop_reasons: tuple[str, ...] = ()
+    """Reasons beyond COMMON_DROP_REASONS that this reader may emit."""
+    options: type[StrictModel] = NoOptions
+    """Model of the source's `options` block."""
+    line_based: bool = True
+    """It splits bytes on b"\\n", so the encoding must be ASCII-compatible."""
+
+    def parse_options(self, options: dict[str, Any]) -> StrictModel:
+        try:
+            return self.options.model_validate(options)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"options.{'.'.join(str(p) for p in e['loc'])}: "
+                + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, "))
+                for e in err.errors()
+            )
+            raise ValueError(problems) from None
+
+
+def open_source(path: str, source: "SourceConfig") -> BinaryIO:
+    """A file of this source as a decompressed byte stream, within the source's zstd window limit."""
+    return open_binary(path, zstd_window_log=source.max_window_log)
+
+
+def decode(data: bytes, encoding: str) -> str:
+    """Bytes to text in the source's encoding; `auto` is UTF-8 when valid, else the detected codec.
+
+    Raises UnicodeDecodeError when the bytes fit no encoding, so the caller drops the record as
+    `decode_error` (never a silent replacement character).
+    """
+    if encoding != "auto":
+        return data.decode(encoding)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        from charset_normalizer import from_bytes
+
+        best = from_bytes(data).best()
+        if best is None:
+            raise err
+        return str(best)
 
 
 def get_path(obj: Any, dotted: str, default: Any = _MISSING) -> Any:
@@ -66,18 +128,33 @@ def is_missing(value: Any) -> bool:
     return value is _MISSING
 
 
-def record_from_object(obj: Any, index: int, source, where: str) -> Record:
-    """Turn one parsed object into a record, or a drop naming what is wrong with it."""
+def text_fields(source: "SourceConfig") -> list[str]:
+    return [source.text_field] if isinstance(source.text_field, str) else list(source.text_field)
+
+
+def record_from_object(obj: Any, index: int, source: "SourceConfig", where: str) -> Record:
+    """Turn one parsed object into a record, or a drop naming what is wrong with it.
+
+    With several text fields, the present non-empty ones are joined by a blank line (title + body).
+    """
     if not isinstance(obj, dict):
-        return Record(index, "", drop="not_an_object", message=f"{where}: a JSON {type(obj).__name__}, not an object")
-    text = get_path(obj, source.text_field)
-    if is_missing(text) or text is None:
-        return Record(index, "", drop="missing_text", message=f"{where}: no field {source.text_field!r}")
-    if not isinstance(text, str):
-        return Record(index, str(text)[:PREVIEW_CHARS], drop="bad_text_type",
-                      message=f"{where}: field {source.text_field!r} is a {type(text).__name__}, not a string")
+        return Record(index, str(obj)[:PREVIEW_CHARS], drop="not_an_object",
+                      message=f"{where}: a JSON {type(obj).__name__}, not an object")
+    fields = text_fields(source)
+    parts, meta = [], obj
+    for field in fields:
+        value = get_path(obj, field)
+        if is_missing(value) or value is None:
+            continue
+        if not isinstance(value, str):
+            return Record(index, str(value)[:PREVIEW_CHARS], drop="bad_text_type",
+                          message=f"{where}: field {field!r} is a {type(value).__name__}, not a string")
+        parts.append(value)
+        meta = without_path(meta, field)
+    if not parts:
+        return Record(index, "", drop="missing_text", message=f"{where}: no field {' or '.join(map(repr, fields))}")
+    text = "\n\n".join(p for p in parts if p.strip()) if len(parts) > 1 else parts[0]
     doc_id = None
-    meta = without_path(obj, source.text_field)
     if source.id_field is not None:
         raw_id = get_path(obj, source.id_field)
         if is_missing(raw_id) or raw_id is None or raw_id == "":

@@ -8,9 +8,9 @@ from typing import BinaryIO, Callable
 
 import zstandard
 
-# zstd frames may ask for windows up to 2 GB; 128 MB covers `zstd --long=27` and caps what one
-# frame can make us allocate (a hostile file cannot demand more).
-ZSTD_MAX_WINDOW = 2**27
+# zstd frames may ask for windows up to 2 GB; a source's `max_window_log` (default 27: 128 MB, as
+# `zstd --long=27`) caps what one frame can make us allocate. Pushshift dumps need 31.
+DEFAULT_WINDOW_LOG = 27
 BUFFER = 1 << 20
 
 
@@ -91,7 +91,7 @@ class Members(io.RawIOBase):
         super().close()
 
 
-def open_binary(path: str) -> BinaryIO:
+def open_binary(path: str, zstd_window_log: int = DEFAULT_WINDOW_LOG) -> BinaryIO:
     """A buffered byte stream of the file's content; the compression is chosen by suffix."""
     raw = open(path, "rb")
     name = path.lower()
@@ -99,6 +99,6 @@ def open_binary(path: str) -> BinaryIO:
         # wbits=31: a gzip header and trailer; members follow one another (Common Crawl writes one per record).
         return io.BufferedReader(Members(raw, lambda: zlib.decompressobj(31), "gzip", skip_padding=True), BUFFER)
     if name.endswith((".zst", ".zstd")):
-        dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+        dctx = zstandard.ZstdDecompressor(max_window_size=2**zstd_window_log)
         return io.BufferedReader(Members(raw, dctx.decompressobj, "zstd"), BUFFER)
     return io.BufferedReader(raw, BUFFER)

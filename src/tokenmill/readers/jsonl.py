@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import Any, Iterator, Union
 
-from tokenmill.readers.base import PREVIEW_CHARS, Record, record_from_object
-from tokenmill.readers.compression import open_binary
+from tokenmill.readers.base import PREVIEW_CHARS, Reader, Record, decode, open_source, record_from_object
 from tokenmill.readers.lines import iter_lines
+
+JSON_DROP_REASONS = (
+    "bad_json",  # the line is not valid JSON
+    "not_an_object",  # valid JSON, but not an object with fields
+)
 
 
 def _reject_constant(name: str):
@@ -18,10 +22,10 @@ def _reject_constant(name: str):
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
-def read_jsonl(path: str, source, max_doc_bytes: int, display: str) -> Iterator[Record]:
-    """Yield one record per non-blank line; `display` names the file in messages."""
-    with open_binary(path) as stream:
-        for line in iter_lines(stream, max_doc_bytes):
+def iter_json_lines(path: str, source, display: str) -> Iterator[Union[Record, tuple[int, str, Any]]]:
+    """Parsed lines as (index, where, value), or a Record dropping a line that could not be read, decoded or parsed."""
+    with open_source(path, source) as stream:
+        for line in iter_lines(stream, source.max_record_bytes):
             where = f"{display}:{line.number}"
             index = line.number - 1
             if line.data is None:
@@ -30,14 +34,23 @@ def read_jsonl(path: str, source, max_doc_bytes: int, display: str) -> Iterator[
             if not line.data.strip():
                 continue  # a blank line holds no record
             try:
-                text = line.data.decode("utf-8")
+                text = decode(line.data, source.encoding)
             except UnicodeDecodeError as err:
                 yield Record(index, line.data.decode("utf-8", "replace")[:PREVIEW_CHARS], drop="decode_error",
-                             message=f"{where}: invalid UTF-8 at byte {err.start} of the line")
+                             message=f"{where}: invalid {source.encoding} at byte {err.start} of the line")
                 continue
             try:
-                obj = _DECODER.decode(text)
+                value = _DECODER.decode(text)
             except (ValueError, RecursionError) as err:
                 yield Record(index, text[:PREVIEW_CHARS], drop="bad_json", message=f"{where}: invalid JSON: {err}")
                 continue
-            yield record_from_object(obj, index, source, where)
+            yield index, where, value
+
+
+def read_jsonl(path: str, source, display: str) -> Iterator[Record]:
+    """One record per non-blank line; fields by `text_field`, `id_field`, `subset_field`."""
+    for item in iter_json_lines(path, source, display):
+        yield item if isinstance(item, Record) else record_from_object(item[2], item[0], source, item[1])
+
+
+JSONL = Reader(read_jsonl, JSON_DROP_REASONS)

@@ -8,11 +8,12 @@ from typing import BinaryIO, Iterator, Optional
 from tokenmill.readers.compression import DECOMPRESSION_ERRORS
 
 CHUNK = 1 << 20
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """A line (1-based `number`), or a reason it has no data: `too_large`, or `read_error` with a message."""
+    """A line (1-based `number`), or a reason it has no data: `record_too_large`, or `read_error` with a message."""
 
     number: int
     data: Optional[bytes]
@@ -25,7 +26,7 @@ class Line:
 def iter_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Line]:
     """Yield the lines of a stream; splitting on b"\\n" only keeps U+2028 inside JSON strings intact.
 
-    A line over `max_bytes` is skipped chunk by chunk and reported as `too_large`. Damage in the
+    A line over `max_bytes` is skipped chunk by chunk and reported as `record_too_large`. Damage in the
     stream (truncated or corrupt compression) ends the iteration with one `read_error` line, after
     every whole line before it.
     """
@@ -51,8 +52,10 @@ def iter_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Line]:
             except DECOMPRESSION_ERRORS as err:
                 yield Line(number, None, start, "read_error", f"damaged stream after byte {offset}: {err}")
                 return
-            yield Line(number, None, start, "too_large", f"line of more than {max_bytes} bytes")
+            yield Line(number, None, start, "record_too_large", f"line of more than {max_bytes} bytes")
             continue
+        if number == 1 and line.startswith(BOM):
+            line = line[len(BOM):]  # a UTF-8 byte-order mark is not part of the first record
         if line.endswith(b"\n"):
             line = line[:-1]
             if line.endswith(b"\r"):

@@ -14,8 +14,8 @@ from tokenmill.pipeline.documents import BASE_SCHEMA, canonical_json
 from tokenmill.pipeline.map_phase import split_and_write
 from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
-from tokenmill.readers import READERS
-from tokenmill.readers.base import READER_DROP_REASONS, Record
+from tokenmill.readers import READERS, reader_drop_reasons
+from tokenmill.readers.base import Record
 
 MAX_ERRORS_LISTED = 20
 """Bad records named per shard in the manifest (all are counted, and all are in `dropped/`)."""
@@ -82,10 +82,10 @@ class ReadSources(Phase):
     def run(self, stage: "IngestStage", task: Task, ctx: TaskContext) -> dict[str, Any]:
         file: SourceFile = task.params["file"]
         source = stage.run.sources[file.source]
-        reader = READERS[source.format]
+        reader = READERS[source.format].read
         display = f"{file.source}:{file.relpath}"
         entries = []
-        for part, records in enumerate(_parts(reader(file.path, source, stage.config.max_doc_bytes, display),
+        for part, records in enumerate(_parts(reader(file.path, source, display),
                                               stage.config.docs_per_shard)):
             table, reasons = records_table(file.source, file, records)
             entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", file.source, table, reasons)
@@ -113,7 +113,7 @@ class IngestStage(Stage):
     name = "ingest"
     needs = frozenset()
     adds = tuple(BASE_SCHEMA)
-    drop_reasons = READER_DROP_REASONS
+    drop_reasons = reader_drop_reasons()
 
     def __init__(self, config, run, files: list[SourceFile]):
         super().__init__(config, run)
