@@ -80,6 +80,12 @@ def open_source(path: str, source: "SourceConfig") -> BinaryIO:
     return open_binary(path, zstd_window_log=source.max_window_log)
 
 
+AUTO_CANDIDATES = ["cp1252", "gb18030", "big5", "shift_jis", "euc_jp", "euc_kr", "cp1251", "koi8_r"]
+"""Legacy encodings `auto` chooses among when bytes are not UTF-8. Short texts are ambiguous between
+sibling code pages (cp1250 vs cp1252 differ in a few letters), so detection is held to the encodings
+real dumps mix in; pin `encoding` for a source known to use another."""
+
+
 def decode(data: bytes, encoding: str) -> str:
     """Bytes to text in the source's encoding; `auto` is UTF-8 when valid, else the detected codec.
 
@@ -93,7 +99,7 @@ def decode(data: bytes, encoding: str) -> str:
     except UnicodeDecodeError as err:
         from charset_normalizer import from_bytes
 
-        best = from_bytes(data).best()
+        best = from_bytes(data, cp_isolation=AUTO_CANDIDATES).best()
         if best is None:
             raise err
         return str(best)

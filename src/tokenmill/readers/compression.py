@@ -75,7 +75,10 @@ class Members(io.RawIOBase):
                 out.append(self.decoder.decompress(data))
             except (zlib.error, zstandard.ZstdError) as err:
                 # Deliver what decoded before the damage; raise on the next read.
-                self.error = CorruptStream(f"corrupt {self.kind} data near compressed byte {self.consumed}: {err}")
+                hint = ""
+                if "too much memory" in str(err):
+                    hint = " (the frame's window is larger than the source's max_window_log allows: raise it, e.g. 31 for Pushshift)"
+                self.error = CorruptStream(f"corrupt {self.kind} data near compressed byte {self.consumed}: {err}{hint}")
                 break
             if self.decoder.eof:  # member complete: what is left starts the next one
                 data = self.decoder.unused_data
