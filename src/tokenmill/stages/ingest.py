@@ -122,7 +122,11 @@ class IngestStage(Stage):
     def identity(self) -> dict[str, Any]:
         # What reading depends on; `fraction` is the sample stage's, so changing it never re-reads.
         readers = {name: s.model_dump(mode="json", exclude={"fraction"}) for name, s in sorted(self.run.sources.items())}
-        return {"config": self.config.model_dump(mode="json"), "sources": readers}
+        # An upgraded HTML extractor yields other text from the same files: that must recompute too.
+        libraries = {s.format: READERS[s.format].library_versions() for s in self.run.sources.values()
+                     if READERS[s.format].libraries}
+        return {"config": self.config.model_dump(mode="json"), "sources": readers,
+                **({"libraries": dict(sorted(libraries.items()))} if libraries else {})}
 
     def input_listing(self) -> list[dict[str, Any]]:
         return [{"source": f.source, "path": f.relpath, "bytes": f.size} for f in self.files]
