@@ -63,6 +63,20 @@ class Reader:
     line_based: bool = True
     """It splits bytes on b"\\n", so the encoding must be ASCII-compatible."""
 
+    libraries: tuple[str, ...] = ()
+    """Distributions whose version can change what this reader yields (an HTML extractor): part of ingest's identity."""
+
+    def library_versions(self) -> dict[str, str]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        out = {}
+        for name in self.libraries:
+            try:
+                out[name] = version(name)
+            except PackageNotFoundError:
+                out[name] = "absent"
+        return out
+
     def parse_options(self, options: dict[str, Any]) -> StrictModel:
         try:
             return self.options.model_validate(options)
