@@ -20,6 +20,11 @@ sources:
   - {name: books_en, format: parquet, paths: ["books_en/*.parquet"], text_field: text, id_field: doc_id, subset_field: genre, language: en, fraction: 0.5}
   - {name: news_zh, format: jsonl, paths: ["news_zh/*.jsonl.gz"], text_field: content, id_field: id, subset_field: category, language: zh}
   - {name: forum_en, format: jsonl, paths: ["forum_en/*.jsonl"], text_field: post.body, id_field: post.id, subset_field: post.board, language: en}
+  - {name: pile, format: pile, paths: ["pile/*.jsonl.zst"], language: en}
+  - {name: cc_wet, format: cc_wet, paths: ["cc/*.warc.wet.gz"], language: en}
+  - {name: cc_html, format: cc_warc, paths: ["cc_html/*.warc.gz"], language: en}
+  - {name: reddit, format: reddit, paths: ["reddit/*.ndjson.zst"], max_window_log: 31, language: en}
+  - {name: news_zh_gb, format: jsonl, paths: ["news_zh_gb/*.jsonl"], encoding: gb18030, text_field: content, id_field: id, subset_field: category, language: zh}
 ingest: {docs_per_shard: 500}
 stages:
   sample: {}

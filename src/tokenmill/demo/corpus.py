@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .catalog import SOURCES, FileSpec, SourceSpec, open_writer
 from .config import CONFIG_NAME, write_config
 from .documents import DocumentMaker
-from .formats import JsonlShard, ParquetShard
 from .planted import PLANTERS, PlantContext, get_path
-from .sources import SOURCES, SourceSpec
 
 GROUND_TRUTH_NAME = "ground_truth.json"
-GROUND_TRUTH_VERSION = 1
+GROUND_TRUTH_VERSION = 2  # 2: record_index on every planted entry; real-format sources
 # Below this every source could not spread over its files and keep every topic.
 MIN_DOCS_PER_SOURCE = 20
 # With target_bytes a file closes once it holds its byte share and at least this many records.
@@ -34,9 +33,11 @@ def write_demo_corpus(
 ) -> dict:
     """Write the demo corpus, DIR/demo.yaml and DIR/ground_truth.json; return a summary dict (files, documents, bytes per source).
 
-    With `target_bytes`, `docs_per_source` is ignored: each source writes documents until its
-    share of `target_bytes` (web 35%, books 35%, news 20%, forum 10%) is reached, so the total
-    UTF-8 text written (valid documents only) is at least `target_bytes`.
+    Without `target_bytes`, each source writes about `docs_per_source` records (times its `scale`
+    in catalog.py: fewer HTML pages, Pile lines, WET pages and GB18030 stories). With `target_bytes`,
+    `docs_per_source` is ignored: each source writes documents until its `share` of `target_bytes` is
+    reached, so the total UTF-8 text of valid documents is at least `target_bytes`. For HTML pages the
+    text counted is the article (title and paragraphs) a main-content extractor should find.
     """
     if docs_per_source < MIN_DOCS_PER_SOURCE:
         raise ValueError(f"docs_per_source must be at least {MIN_DOCS_PER_SOURCE}")
@@ -88,6 +89,16 @@ def write_demo_corpus(
     }
 
 
+def _file_quotas(total: int, weights: list[float]) -> list[int]:
+    """Split `total` records over files by weight (largest remainder), every file at least one."""
+    w = sum(weights)
+    exact = [total * x / w for x in weights]
+    quota = [max(1, int(e)) for e in exact]
+    for f in sorted(range(len(weights)), key=lambda f: (int(exact[f]) - exact[f], f))[: max(0, total - sum(quota))]:
+        quota[f] += 1
+    return quota
+
+
 def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_source: int,
                   target_bytes: int | None, unique) -> dict:
     # Independent, explicitly seeded generators per source: adding a source or changing one
@@ -95,34 +106,52 @@ def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_s
     # SHA-512 by `random`, so they do not depend on PYTHONHASHSEED.
     rnd = random.Random(f"tokenmill-demo/{seed}/{spec.name}")
     rng = np.random.default_rng([seed, index])
-    records = spec.records(DocumentMaker(rnd, rng), unique)
-    ctx = PlantContext(random.Random(f"tokenmill-demo/{seed}/{spec.name}/planted"), spec.text_path, spec.id_path)
+    maker = DocumentMaker(rnd, rng)
+    generators: dict[tuple, object] = {}  # (stream, args) -> its running generator, shared by files
+
+    def records_of(file: FileSpec):
+        key = (file.stream, file.args)
+        if key not in generators:
+            generators[key] = spec.streams[file.stream].records(maker, unique, **dict(file.args))
+        return generators[key]
+
+    plant_rnd = random.Random(f"tokenmill-demo/{seed}/{spec.name}/planted")
+    contexts = {name: PlantContext(plant_rnd, s.text_path, s.id_path) for name, s in spec.streams.items()}
 
     n = spec.n_files
+    weights = [f.weight for f in spec.files]
     if target_bytes is None:
-        quota = [docs_per_source // n + (f < docs_per_source % n) for f in range(n)]
-        byte_quota = None
+        quota = _file_quotas(max(n, round(docs_per_source * spec.scale)), weights)
+        byte_quota = [None] * n
         latest = [min(q, 40) for q in quota]
     else:
         quota = [MIN_RECORDS_PER_FILE] * n
-        byte_quota = math.ceil(target_bytes * spec.share / n)
+        byte_quota = [math.ceil(target_bytes * spec.share * w / sum(weights)) for w in weights]
         latest = quota
-    # Each planter goes to a file (round robin), after a given number of generated records.
+    # Each planter goes to a file of its stream (round robin), after a given number of generated records.
     plan: dict[int, list] = {f: [] for f in range(n)}
+    per_stream: dict[str, int] = {}
     for j, p in enumerate(p for p in PLANTERS if p.source == spec.name):
-        f = j % n
-        plan[f].append((ctx.rnd.randint(0, latest[f]), j, p))
+        candidates = [f for f, file in enumerate(spec.files) if file.stream == p.stream]
+        if not candidates:
+            raise ValueError(f"planter {p.kind!r}: source {spec.name!r} has no {p.stream!r} files")
+        k = per_stream.get(p.stream, 0)
+        per_stream[p.stream] = k + 1
+        f = candidates[k % len(candidates)]
+        plan[f].append((plant_rnd.randint(0, latest[f]), j, p))
 
-    for stale in out.glob(spec.file_name.replace("{:05d}", "*")):
-        stale.unlink()  # a previous run with other settings must not leak into the globs
-    (out / spec.file_name.format(0)).parent.mkdir(parents=True, exist_ok=True)
+    for pattern in spec.clean:
+        for stale in out.glob(pattern):
+            stale.unlink()  # a previous run with other settings must not leak into the globs
 
     files, entries = [], []
     records_total = documents = text_bytes = 0
-    for f in range(n):
-        rel = spec.file_name.format(f)
+    for f, file in enumerate(spec.files):
+        rel = file.path
         path = out / rel
-        shard = JsonlShard(path, spec.compression) if spec.format == "jsonl" else ParquetShard(path, spec.schema)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shard = open_writer(spec, file, path, f"tokenmill-demo/{seed}/{rel}")
+        stream, context = records_of(file), contexts[file.stream]
         pending = sorted(plan[f], key=lambda item: item[:2])
         generated = valid = file_bytes = 0  # quotas and plant positions count generated records only
 
@@ -130,24 +159,28 @@ def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_s
             nonlocal valid, file_bytes
             while pending and pending[0][0] <= limit:
                 _, _, planter = pending.pop(0)
-                record, _ = next(records)
-                victim_id = get_path(record, spec.id_path)
-                made = planter.make(record, ctx)
-                line = shard.add_raw(made.raw) if made.raw is not None else shard.add_record(made.record)
+                record, _ = next(stream)
+                victim_id = get_path(record, context.id_path) if context.id_path else None
+                made = planter.make(record, context)
+                at = shard.add_raw(made.raw) if made.raw is not None else shard.add_record(made.record)
                 if made.valid:
                     valid += 1
-                    file_bytes += len(get_path(made.record, spec.text_path).encode("utf-8"))
-                entry = {"kind": planter.kind, "source": spec.name, "file": rel, "line": line,
-                         "expect_drop_reason": planter.expect_drop_reason, "stage": planter.stage,
-                         "id": victim_id}
+                    file_bytes += len(get_path(made.record, context.text_path).encode("utf-8"))
+                entry = {"kind": planter.kind, "source": spec.name, "file": rel, "record_index": at}
+                if shard.line_based:
+                    entry["line"] = at + 1
+                entry.update({"expect_drop_reason": planter.expect_drop_reason, "stage": planter.stage})
+                if victim_id is not None:
+                    entry["id"] = victim_id
+                entry.update(getattr(shard, "last_info", {}) if made.raw is None else {})
                 entry.update(made.info)
                 entries.append(entry)
 
         while True:
             plant_due(generated)
-            if generated >= quota[f] and (byte_quota is None or file_bytes >= byte_quota):
+            if generated >= quota[f] and (byte_quota[f] is None or file_bytes >= byte_quota[f]):
                 break
-            record, text = next(records)
+            record, text = next(stream)
             shard.add_record(record)
             generated += 1
             valid += 1

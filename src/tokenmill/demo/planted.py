@@ -10,15 +10,17 @@ from typing import Callable
 # To add a planted kind: write one small function below decorated with
 # @planter(...). It receives a freshly generated, valid record of its source
 # (which it may modify or replace) and returns what to write instead. The
-# corpus writer picks the file and position, records the 1-based line (or
-# row) in ground_truth.json, and counts the record as valid or not.
+# corpus writer picks the file (of the planter's stream) and position, records
+# the record's 0-based index (and the 1-based line, for line formats) in
+# ground_truth.json, and counts the record as valid or not. Records are what
+# the source's writer takes: a JSON object, or a page dict for WARC/WET files.
 
 
 @dataclass(frozen=True)
 class PlantContext:
     rnd: random.Random  # for planters that need randomness; seeded per source
     text_path: tuple[str, ...]  # where the text lives in a record, e.g. ("post", "body")
-    id_path: tuple[str, ...]
+    id_path: tuple[str, ...] | None  # None where records carry no id of their own (Pile lines)
 
 
 @dataclass
@@ -36,17 +38,19 @@ class Planter:
     stage: str  # pipeline stage expected to catch it
     expect_drop_reason: str | None  # None for planted records that should be kept
     make: Callable[[dict, PlantContext], Planted]
+    stream: str = "main"  # which of the source's record streams (and so files) it goes to
 
 
 PLANTERS: list[Planter] = []
 
 
-def planter(kind: str, *, source: str, stage: str = "ingest", drop_reason: str | None = "same as kind"):
+def planter(kind: str, *, source: str, stage: str = "ingest", drop_reason: str | None = "same as kind",
+            stream: str = "main"):
     """Register a planter function; the registration order is the planting order (part of determinism)."""
 
     def register(make: Callable[[dict, PlantContext], Planted]):
         reason = kind if drop_reason == "same as kind" else drop_reason
-        PLANTERS.append(Planter(kind, source, stage, reason, make))
+        PLANTERS.append(Planter(kind, source, stage, reason, make, stream))
         return make
 
     return register
@@ -97,3 +101,57 @@ def missing_text(record: dict, ctx: PlantContext) -> Planted:
 @planter("not_an_object", source="forum_en")
 def not_an_object(record: dict, ctx: PlantContext) -> Planted:
     return Planted(raw=dumps([get_path(record, ctx.id_path), get_path(record, ctx.text_path)]).encode("utf-8"))
+
+
+# -- Reddit: what moderators and users leave behind (the reddit reader drops these) ---------
+
+
+def _sorted(record: dict) -> dict:
+    return dict(sorted(record.items()))  # Pushshift lines keep their keys sorted
+
+
+@planter("deleted_comment", source="reddit", stream="comments", drop_reason="deleted_content")
+def deleted_comment(record: dict, ctx: PlantContext) -> Planted:
+    record.update(body="[deleted]", author="[deleted]")
+    record.pop("author_fullname", None)
+    record.pop("author_flair_text", None)
+    return Planted(record=_sorted(record))
+
+
+@planter("removed_comment", source="reddit", stream="comments", drop_reason="removed_content")
+def removed_comment(record: dict, ctx: PlantContext) -> Planted:
+    record.update(body="[removed]", author="[deleted]")  # as in the dumps: a removed comment's author is gone too
+    record.pop("author_fullname", None)
+    return Planted(record=_sorted(record))
+
+
+@planter("removed_submission", source="reddit", stream="submissions", drop_reason="removed_content")
+def removed_submission(record: dict, ctx: PlantContext) -> Planted:
+    record.update(selftext="[removed]", is_self=True, removed_by_category="moderator",
+                  url="https://www.reddit.com" + record["permalink"], domain="self." + record["subreddit"])
+    return Planted(record=_sorted(record))
+
+
+# -- Common Crawl: captures that hold no page text -------------------------------------
+
+
+@planter("not_html", source="cc_html")
+def not_html(record: dict, ctx: PlantContext) -> Planted:
+    from .web import png_image
+
+    site = record["site"]
+    record.update(kind="png", payload=png_image(ctx.rnd.randrange(256)),
+                  url=f"https://{site.host}/wp-content/uploads/2024/05/header-{ctx.rnd.randrange(10**4)}.png")
+    return Planted(record=record)
+
+
+@planter("http_error", source="cc_html")
+def http_error(record: dict, ctx: PlantContext) -> Planted:
+    record.update(kind="not_found")  # a 404 page: HTML, but not the page that was asked for
+    return Planted(record=record)
+
+
+@planter("empty_text", source="cc_wet")
+def empty_conversion(record: dict, ctx: PlantContext) -> Planted:
+    record.update(text="", language=None)  # a page with no text at all: Content-Length 0
+    return Planted(record=record)

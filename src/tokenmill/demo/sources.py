@@ -1,13 +1,10 @@
-"""The four demo sources: file layout, record shape and the stream of records each one writes."""
+"""Topics, subsets and the record streams of the four JSON/Parquet demo sources (layout: catalog.py)."""
 
 from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass
 from typing import Callable, Iterator
-
-import pyarrow as pa
 
 from . import words_zh
 from .documents import DocumentMaker
@@ -34,20 +31,6 @@ _FIRST_NEWS_DAY = datetime.date(2023, 1, 1).toordinal()
 
 Records = Iterator[tuple[dict, str]]  # (record as written, its text)
 Unique = Callable[[str], bool]  # True the first time a text is seen corpus-wide
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    name: str
-    file_name: str  # format string with the 0-based file index, relative to the corpus folder
-    format: str  # "jsonl" or "parquet"
-    compression: str | None
-    text_path: tuple[str, ...]
-    id_path: tuple[str, ...]
-    n_files: int
-    share: float  # fraction of target_bytes this source provides
-    records: Callable[[DocumentMaker, Unique], Records]
-    schema: pa.Schema | None = None
 
 
 class _Cover:
@@ -131,17 +114,3 @@ def forum_records(maker: DocumentMaker, unique: Unique) -> Records:
             record = {"post": {"id": f"t{thread}-p{post}", "body": text, "board": FORUM_BOARDS[topic]}, "score": score}
             yield record, text
             post += 1
-
-
-SOURCES: tuple[SourceSpec, ...] = (
-    SourceSpec("web_en", "web_en/part-{:05d}.jsonl.zst", "jsonl", "zstd", ("text",), ("id",), 4, 0.35, web_records),
-    SourceSpec(
-        "books_en", "books_en/books-{:05d}.parquet", "parquet", None, ("text",), ("doc_id",), 3, 0.35, book_records,
-        schema=pa.schema([("doc_id", pa.string()), ("text", pa.string()), ("genre", pa.string()), ("year", pa.int32())]),
-    ),
-    SourceSpec("news_zh", "news_zh/news-{:05d}.jsonl.gz", "jsonl", "gzip", ("content",), ("id",), 3, 0.2, news_records),
-    SourceSpec(
-        "forum_en", "forum_en/threads-{:05d}.jsonl", "jsonl", None, ("post", "body"), ("post", "id"), 4, 0.1,
-        forum_records,
-    ),
-)
