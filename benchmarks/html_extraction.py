@@ -140,6 +140,9 @@ def _time(extract, pages: list[dict], repeats: int) -> tuple[float, float, list[
     return best_cpu, best_wall, texts
 
 
+PER_PAGE_SHOWN = 30
+
+
 def compare_extractors(warc_paths: list[str], repeats: int = 5) -> dict:
     """Both extractors on the same HTML records of `warc_paths`: speed, volume and quality, side by side."""
     pages = html_pages(warc_paths)
@@ -177,8 +180,9 @@ def compare_extractors(warc_paths: list[str], repeats: int = 5) -> dict:
             "total_chars": round(a["total_chars"] / b["total_chars"], 3) if b["total_chars"] else None,
             "median_chars": round(a["median_chars"] / b["median_chars"], 3) if b["median_chars"] else None,
         },
+        # The first pages, enough to eyeball: a benchmark over thousands would drown the figures.
         "per_page": [{"url": p["url"], "html_bytes": p["html_bytes"],
-                      **{name: len(texts_by[name][i]) for name in EXTRACTORS}} for i, p in enumerate(pages)],
+                      **{name: len(texts_by[name][i]) for name in EXTRACTORS}} for i, p in enumerate(pages[:PER_PAGE_SHOWN])],
     }
 
 
