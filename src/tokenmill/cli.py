@@ -53,23 +53,38 @@ def _print_summary(reports) -> None:
     out = Console(width=max(Console().width, 100))
     out.print(_summary(reports))
     for r in reports:
-        drops = ", ".join(f"{k} {v:,}" for k, v in sorted(r.totals["drops"].items())) or "none"
-        out.print(f"  {r.stage}: dropped {drops}; manifest {r.manifest}")
-        errors = _first_errors(r.manifest)
-        for message in errors:
+        content = _content(r.manifest)
+        out.print(f"  {r.stage}: manifest {r.manifest}")
+        if content.get("drop_table"):
+            out.print(_drop_table(r.stage, content["drop_table"], content["by_source"]))
+        for message in _first_errors(content):
             out.print(f"    [dim]{message}[/]")
 
 
-def _first_errors(manifest_path: str, limit: int = 5) -> list[str]:
-    """The first bad records a stage named (file and line), so a person sees them without opening the manifest."""
+def _content(manifest_path: str) -> dict:
     import json
 
     try:
         with open(manifest_path, encoding="utf-8") as f:
-            shards = json.load(f)["content"]["shards"]
+            return json.load(f)["content"]
     except (OSError, ValueError, KeyError):
-        return []
-    errors = [e for s in shards for e in s.get("errors", [])]
+        return {}
+
+
+def _drop_table(stage: str, drops: dict, by_source: dict) -> Table:
+    """Reason x source, as in the manifest: what each source lost, and why."""
+    table = Table(title=f"{stage}: dropped documents", title_justify="left", show_edge=False)
+    for col in ("source", "reason", "docs", "% of source"):
+        table.add_column(col, justify="right" if col in ("docs", "% of source") else "left", no_wrap=True)
+    rows = sorted((source, reason, cell) for reason, cells in drops.items() for source, cell in cells.items())
+    for source, reason, cell in rows:
+        table.add_row(source, reason, f"{cell['docs']:,}", f"{cell['percent']:.2f}")
+    return table
+
+
+def _first_errors(content: dict, limit: int = 5) -> list[str]:
+    """The first bad records a stage named (file and line), so a person sees them without opening the manifest."""
+    errors = [e for s in content.get("shards", []) for e in s.get("errors", [])]
     more = len(errors) - limit
     return errors[:limit] + ([f"... {more} more in the manifest and under dropped/"] if more > 0 else [])
 

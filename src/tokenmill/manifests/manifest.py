@@ -5,10 +5,10 @@ from __future__ import annotations
 import platform
 import socket
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from tokenmill.errors import ManifestError
-from tokenmill.manifests.stats import SourceTally, Tally
+from tokenmill.manifests.stats import SourceTally, Tally, drop_table, merge_stats
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
 
@@ -20,23 +20,35 @@ def build_content(
     identity: dict[str, Any],
     input_descriptor: dict[str, Any],
     shard_entries: Iterable[dict[str, Any]],
+    report: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The deterministic part of a manifest: identical for identical inputs, config and seed, wherever the run lives."""
+    """The deterministic part of a manifest: identical for identical inputs, config and seed, wherever the run lives.
+
+    `report` shapes the stage's summed per-shard stats (see `Stage.report`) into `content["report"]`.
+    """
     shards = sorted(shard_entries, key=lambda e: e["path"])
     by_source: dict[str, SourceTally] = defaultdict(SourceTally)
     for entry in shards:
         by_source[entry["source"]] = by_source[entry["source"]] + SourceTally.from_json(entry)
     totals = sum((t.total for t in by_source.values()), Tally())
-    return {
+    stats = None
+    for entry in shards:
+        stats = merge_stats(stats, entry.get("stats"))
+    sources_json = {name: t.to_json() for name, t in sorted(by_source.items())}
+    content = {
         "stage": stage,
         "schema_version": SCHEMA_VERSION,
         "config": identity,
         "config_hash": digest(identity),
         "input": input_descriptor,
         "totals": totals.to_json(),
-        "by_source": {name: t.to_json() for name, t in sorted(by_source.items())},
+        "by_source": sources_json,
+        "drop_table": drop_table(sources_json),
         "shards": shards,
     }
+    if stats is not None:
+        content["report"] = report(stats) if report else stats
+    return content
 
 
 def content_hash(content: dict[str, Any]) -> str:

@@ -90,3 +90,28 @@ def tally_table(table: pa.Table, reasons: pa.Array) -> SourceTally:
             tally = Tally(docs, docs, size, size)
         result = result + SourceTally(tally, {row["subset"]: tally})
     return result
+
+
+def merge_stats(a: Any, b: Any) -> Any:
+    """Add two stage-stats values: numbers add, dicts merge key by key, lists concatenate."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: merge_stats(a.get(k), b.get(k)) for k in sorted(set(a) | set(b))}
+    if isinstance(a, list) and isinstance(b, list):
+        return a + b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a + b
+    raise TypeError(f"cannot merge stage stats {type(a).__name__} and {type(b).__name__}")
+
+
+def drop_table(by_source: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """Reason x source: documents dropped and their percent of the source's input."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for source, tally in sorted(by_source.items()):
+        for reason, count in sorted(tally["drops"].items()):
+            percent = 100.0 * count / tally["docs_in"] if tally["docs_in"] else 0.0
+            table.setdefault(reason, {})[source] = {"docs": count, "percent": round(percent, 3)}
+    return table

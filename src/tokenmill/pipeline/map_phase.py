@@ -21,7 +21,8 @@ def shard_name(path: str) -> str:
 
 
 def split_and_write(
-    stage: Stage, ctx: TaskContext, name: str, source: str, table: pa.Table, reasons: pa.Array
+    stage: Stage, ctx: TaskContext, name: str, source: str, table: pa.Table, reasons: pa.Array,
+    stats: Any = None,
 ) -> dict[str, Any]:
     """Write the kept and dropped rows of one processed shard of `source`; return its manifest entry."""
     stage.check_reasons(reasons)
@@ -38,13 +39,16 @@ def split_and_write(
     if others:
         raise RuntimeError(f"shard {name} of source {source!r} holds rows of {sorted(others)}; a shard holds one source")
     tally = tally_table(table, reasons)
-    return {
+    entry = {
         "path": shard_path,
         "dropped_path": dropped_path,
         "source": source,
         "content_hash": content_hash(kept),
         **tally.to_json(),
     }
+    if stats is not None:
+        entry["stats"] = stats
+    return entry
 
 
 class MapShards(Phase):
@@ -63,6 +67,7 @@ class MapShards(Phase):
         processed = stage.process(with_fallbacks(table, stage), ctx.shared)
         # Fallback columns stand in for an absent stage's annotation; they are not this stage's output.
         out = processed.table.drop_columns([c for c in filled if c not in {f.name for f in stage.adds}])
-        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, processed.drop_reason)
+        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, processed.drop_reason,
+                                processed.stats)
         entry["input"] = relpath
         return {"shards": [entry]}

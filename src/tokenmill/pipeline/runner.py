@@ -189,7 +189,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         shared[phase.name] = phase.reduce(stage, {k: r["result"] for k, r in records.items()})
 
     entries = [entry for k in sorted(records) for entry in records[k]["result"]["shards"]]
-    content = build_content(stage.name, identity, descriptor, entries)
+    content = build_content(stage.name, identity, descriptor, entries, stage.report)
     check_conservation(content, stage.drop_reasons, upstream)
     _remove_leftovers(fs, stage_dir, records)
     run_info = build_run_info(started, time.time(), key, run_count, skip_count, workers)

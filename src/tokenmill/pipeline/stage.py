@@ -29,6 +29,9 @@ class Processed:
 
     table: pa.Table
     drop_reason: pa.Array
+    stats: Mapping[str, Any] | None = None
+    """Stage-specific counts for this shard (nested dicts of numbers, lists of examples): summed over shards
+    with `merge_stats`, then shaped by `Stage.report` into the manifest's `report`."""
 
     def __post_init__(self) -> None:
         if len(self.drop_reason) != self.table.num_rows:
@@ -106,6 +109,10 @@ class Stage(ABC):
     def process(self, table: pa.Table, shared: Mapping[str, Any]) -> Processed:
         """Decide, for every row of a shard, keep or drop (with a reason); add annotation columns."""
         raise NotImplementedError(f"stage {self.name!r} does not process tables")
+
+    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """Shape the summed per-shard `stats` into the manifest's `report` (e.g. keep the worst examples only)."""
+        return dict(stats)
 
     def check_reasons(self, reasons: pa.Array) -> None:
         """A drop reason outside the declared set is a bug in the stage: fail the task loudly."""
