@@ -39,7 +39,7 @@ class SourceConfig(StrictModel):
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
     """Share of documents the `sample` stage keeps, in (0, 1]. Upsampling is the loader's job."""
     language: str = "en"
-    """Language of the source (ISO 639-1), used when no stage has detected one."""
+    """Language of the source (ISO 639-1 such as `en`, `zh`), or `any`: what clean expects, and what stages use when none detected one."""
     encoding: str = "utf-8"
     """Text encoding: `utf-8`, a codec name (`gb18030`, `cp1252` ...), or `auto` (UTF-8 when valid, else detected per record)."""
     max_window_log: int = Field(default=27, ge=10, le=31)

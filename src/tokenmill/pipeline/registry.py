@@ -15,7 +15,7 @@ STAGE_ORDER = ["ingest", *STAGE_CLASSES]
 
 
 def run_context(config: RunConfig) -> RunContext:
-    return RunContext(seed=config.seed, sources={s.name: s for s in config.sources})
+    return RunContext(seed=config.seed, sources={s.name: s for s in config.sources}, base_dir=config.base_dir)
 
 
 def build_stages(config: RunConfig) -> list[Stage]:

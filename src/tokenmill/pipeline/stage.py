@@ -21,6 +21,8 @@ class RunContext:
 
     seed: int
     sources: Mapping[str, "SourceConfig"]
+    base_dir: str = "."
+    """The config file's folder, for files a stage config names (never part of a stage's identity)."""
 
 
 @dataclass(frozen=True)
