@@ -182,6 +182,16 @@ def test_demo_yaml_is_a_valid_run_config(corpus):
     assert config.source("reddit").max_window_log == 31 and config.source("news_zh_gb").encoding == "gb18030"
 
 
+def _later_plant_bytes(root: Path, items, name: str | None = None) -> int:
+    """Text bytes of the plants that ingest keeps (a later stage must catch them): the corpus counts them as text."""
+    out = 0
+    for p in _truth(root)["planted"]:
+        if p["stage"] != "ingest" and (name is None or p["source"] == name):
+            item = next(it for rel, it in items[p["source"]] if rel == p["file"] and it.index == p["record_index"])
+            out += len(item.text.encode("utf-8"))
+    return out
+
+
 def test_ground_truth_counts_what_the_readers_will_see(corpus, valid, items):
     root, summary = corpus
     cfg, truth = _config(root), _truth(root)
@@ -192,19 +202,20 @@ def test_ground_truth_counts_what_the_readers_will_see(corpus, valid, items):
         globbed = [p.relative_to(root).as_posix() for p in _files(root, src)]
         assert globbed == sorted(gt["files"]), name
         assert gt["records"] == len(items[name]) == summary["sources"][name]["records"], name
-        assert gt["valid_documents"] == len(valid[name]) == summary["sources"][name]["documents"], name
-        n_planted = sum(p["source"] == name for p in truth["planted"])
-        assert gt["records"] == gt["valid_documents"] + n_planted, name
-        assert gt["valid_documents"] == DEFAULT_DOCS[name], name
+        n_broken = sum(p["source"] == name and p["stage"] == "ingest" for p in truth["planted"])
+        n_later = sum(p["source"] == name and p["stage"] != "ingest" for p in truth["planted"])  # valid for ingest
+        assert gt["valid_documents"] == len(valid[name]) + n_later == summary["sources"][name]["documents"], name
+        assert gt["records"] == gt["valid_documents"] + n_broken, name
+        assert gt["valid_documents"] == DEFAULT_DOCS[name] + n_later, name
         if name != "cc_html":  # for HTML the text is what an extractor makes of the page
-            text_bytes = sum(len(r["text"].encode("utf-8")) for r in valid[name])
+            text_bytes = sum(len(r["text"].encode("utf-8")) for r in valid[name]) + _later_plant_bytes(root, items, name)
             assert gt["text_bytes"] == text_bytes == summary["sources"][name]["text_bytes"], name
-    assert summary["documents"] == sum(DEFAULT_DOCS.values())
+    assert summary["documents"] == sum(DEFAULT_DOCS.values()) + sum(p["stage"] != "ingest" for p in truth["planted"])
 
 
 def test_every_planted_entry_names_its_record(corpus):
     root, _ = corpus
-    planted = _truth(root)["planted"]
+    planted = [p for p in _truth(root)["planted"] if p["stage"] == "ingest"]
     assert {s: {p["kind"] for p in planted if p["source"] == s} for s in EXPECTED_KINDS} == EXPECTED_KINDS
     assert {p["source"] for p in planted} == set(EXPECTED_KINDS)
     line_formats = {s["name"] for s in _config(root)["sources"] if s["format"] not in ("cc_wet", "cc_warc", "parquet")}
@@ -224,6 +235,8 @@ def test_planted_records_are_where_ground_truth_says_and_broken_as_stated(corpus
     reasons = {"deleted_comment": "deleted_content", "removed_comment": "removed_content",
                "removed_submission": "removed_content"}
     for p in _truth(root)["planted"]:
+        if p["stage"] != "ingest":
+            continue
         kind, src = p["kind"], cfg[p["source"]]
         assert p["expect_drop_reason"] == reasons.get(kind, kind), p
         item = next(it for rel, it in items[p["source"]] if rel == p["file"] and it.index == p["record_index"])
@@ -297,7 +310,8 @@ def test_adding_a_planter_is_one_function(tmp_path, monkeypatch):
     src = next(s for s in _config(tmp_path)["sources"] if s["name"] == "web_en")
     item = source_items(tmp_path, src, tmp_path / entry["file"])[entry["record_index"]]
     assert item.value["id"] == entry["id"]
-    assert summary["sources"]["web_en"]["documents"] == 21  # a valid planted record counts as a document
+    # a valid planted record counts as a document (web_en also holds the clean-stage plants)
+    assert summary["sources"]["web_en"]["documents"] == 21 + sum(p.source == "web_en" and p.stage != "ingest" for p in planted_mod.PLANTERS[:-1])
 
 
 # -- variety ----------------------------------------------------------------------
@@ -419,13 +433,14 @@ def test_target_bytes_scales_every_source(tmp_path):
     summary = write_demo_corpus(tmp_path, seed=5, docs_per_source=20, target_bytes=target)
     rows = _valid_records(tmp_path)
     written = sum(len(r["text"].encode("utf-8")) for name, source in rows.items() for r in source if r["text"])
+    written += _later_plant_bytes(tmp_path, _items(tmp_path))
     assert written + summary["sources"]["cc_html"]["text_bytes"] == summary["text_bytes"]
     assert target <= summary["text_bytes"] < 1.5 * target
     for spec in SOURCES:
         got = summary["sources"][spec.name]
         assert got["text_bytes"] >= spec.share * target, spec.name  # every source grows
         assert got["documents"] > 10, spec.name
-    kinds = {(p["source"], p["kind"]) for p in _truth(tmp_path)["planted"]}
+    kinds = {(p["source"], p["kind"]) for p in _truth(tmp_path)["planted"] if p["stage"] == "ingest"}
     assert kinds == {(s, k) for s, ks in EXPECTED_KINDS.items() for k in ks}
 
 
@@ -434,3 +449,20 @@ def test_rejects_bad_arguments(tmp_path):
         write_demo_corpus(tmp_path, docs_per_source=3)
     with pytest.raises(ValueError):
         write_demo_corpus(tmp_path, target_bytes=0)
+
+
+CLEAN_KINDS = {"escaped_json_once": ("web_en", "\\n"), "escaped_json_twice": ("pile", "\\\\n"),
+               "html_entities": ("forum_en", "&amp;"), "literal_escapes": ("forum_en", "\\n"),
+               "mojibake": ("web_en", "Ã©"), "pii": ("forum_en", "jane.doe@example.com")}
+
+
+def test_clean_stage_plants_carry_their_fault(corpus, items):
+    root, _ = corpus
+    planted = [p for p in _truth(root)["planted"] if p["stage"] == "clean"]
+    assert {p["kind"] for p in planted} == set(CLEAN_KINDS)
+    for p in planted:
+        source, marker = CLEAN_KINDS[p["kind"]]
+        assert p["source"] == source, p
+        item = next(it for rel, it in items[source] if rel == p["file"] and it.index == p["record_index"])
+        assert marker in item.text, p
+        assert p["expect_drop_reason"] is None or p["expect_drop_reason"].startswith("escape_"), p

@@ -155,3 +155,57 @@ def http_error(record: dict, ctx: PlantContext) -> Planted:
 def empty_conversion(record: dict, ctx: PlantContext) -> Planted:
     record.update(text="", language=None)  # a page with no text at all: Content-Length 0
     return Planted(record=record)
+
+
+# -- Clean stage: escape leaks (the OPT lesson), mojibake, personal data ----------------------------------
+# Valid records for ingest; the clean stage must repair, fix or drop them as registered. A planted record
+# that clean should keep has expect_drop_reason None and says in `expect` which step must change it.
+
+
+def _planted_text(record: dict, ctx: PlantContext, text: str, expect: str, step: str) -> Planted:
+    set_path(record, ctx.text_path, text)
+    return Planted(record=record, valid=True, info={"expect": expect, "clean_step": step})
+
+
+@planter("escaped_json_once", source="web_en", stage="clean", drop_reason=None)
+def escaped_json_once(record: dict, ctx: PlantContext) -> Planted:
+    # A document that went through json.dumps once too often: every line break is a literal "\n".
+    text = json.dumps(get_path(record, ctx.text_path), ensure_ascii=False)[1:-1]
+    return _planted_text(record, ctx, text, "repaired", "escape_repair")
+
+
+@planter("escaped_json_twice", source="pile", stage="clean", drop_reason=None)
+def escaped_json_twice(record: dict, ctx: PlantContext) -> Planted:
+    once = json.dumps(get_path(record, ctx.text_path), ensure_ascii=False)[1:-1]
+    return _planted_text(record, ctx, json.dumps(once, ensure_ascii=False)[1:-1], "repaired", "escape_repair")
+
+
+@planter("html_entities", source="forum_en", stage="clean", drop_reason=None)
+def html_entities(record: dict, ctx: PlantContext) -> Planted:
+    text = get_path(record, ctx.text_path)
+    text = f"Tom &amp; Jerry&#39;s &quot;classic&quot; episodes &mdash; still great. {text}"
+    return _planted_text(record, ctx, text, "repaired", "escape_repair")
+
+
+@planter("literal_escapes", source="forum_en", stage="clean", drop_reason="escape_literal_newline")
+def literal_escapes(record: dict, ctx: PlantContext) -> Planted:
+    # Real line breaks and literal ones mixed: no single unescaping undoes it, so clean must drop it.
+    text = get_path(record, ctx.text_path)
+    words = text.split(" ")
+    leaked = " ".join(w + ("\\n" if i % 6 == 5 else "") for i, w in enumerate(words))
+    set_path(record, ctx.text_path, "First line of the post.\n\n" + leaked + "\nLast line.\\n\\n")
+    return Planted(record=record, valid=True, info={"expect": "dropped"})
+
+
+@planter("mojibake", source="web_en", stage="clean", drop_reason=None)
+def mojibake(record: dict, ctx: PlantContext) -> Planted:
+    # UTF-8 read as Windows-1252 somewhere upstream: ftfy must restore it.
+    clean = "Our café served crème brûlée — the naïve critic’s favourite. " + get_path(record, ctx.text_path)
+    return _planted_text(record, ctx, clean.encode("utf-8").decode("cp1252", errors="replace"), "fixed", "ftfy")
+
+
+@planter("pii", source="forum_en", stage="clean", drop_reason=None)
+def pii(record: dict, ctx: PlantContext) -> Planted:
+    text = get_path(record, ctx.text_path)
+    text += " You can reach me at jane.doe@example.com or +1 415-555-0134 if the board is down."
+    return _planted_text(record, ctx, text, "replaced", "pii")
