@@ -59,6 +59,8 @@ def _print_summary(reports) -> None:
             out.print(_drop_table(r.stage, content["drop_table"], content["by_source"]))
         for message in _first_errors(content):
             out.print(f"    [dim]{message}[/]")
+        for line in content.get("report", {}).get("summary", []):
+            out.print(f"    [bold yellow]{line}[/]")
 
 
 def _content(manifest_path: str) -> dict:
