@@ -52,3 +52,49 @@ def test_planted_faults_are_dropped_with_their_reason(demo_run):
         assert len(hits) == 1, fault
         assert hits[0]["drop_reason"] == fault["expect_drop_reason"], fault
     assert len(rows) == len(planted)  # nothing else was dropped by the readers
+
+
+def test_clean_catches_every_planted_fault_and_keeps_the_rest(demo_run):
+    root, config, _ = demo_run
+    truth = json.loads((root / "ground_truth.json").read_text())
+    out = config.output_dir / "clean"
+    kept = {(r["source"], r["id"]): r for p in sorted((out / "shards").glob("*.parquet")) for r in pq.read_table(p).to_pylist()}
+    dropped = {(r["source"], r["id"]): r for p in sorted((out / "dropped").glob("*.parquet")) for r in pq.read_table(p).to_pylist()}
+    sampled_out = {(r["source"], r["id"]) for p in (config.output_dir / "sample" / "dropped").glob("*.parquet")
+                   for r in pq.read_table(p).to_pylist()}
+    ingest_ids = {}
+    for p in (config.output_dir / "ingest" / "shards").glob("*.parquet"):
+        for r in pq.read_table(p, columns=["id", "source", "meta"]).to_pylist():
+            ingest_ids[r["id"]] = r["source"]
+    markers = {"escaped_json_once": "\\n", "escaped_json_twice": "\\\\n", "html_entities": "&amp;",
+               "mojibake": "Ã©", "pii": "jane.doe@example.com"}
+    planted = [p for p in truth["planted"] if p["stage"] == "clean"]
+    assert planted
+    for fault in planted:
+        key = next(((s, i) for (s, i) in list(kept) + list(dropped) + list(sampled_out)
+                    if s == fault["source"] and _matches(i, fault)), None)
+        assert key is not None, fault
+        if key in sampled_out:
+            continue
+        row = kept.get(key) or dropped[key]
+        reason = None if key in kept else row["drop_reason"]
+        if fault["expect_drop_reason"]:
+            assert reason == fault["expect_drop_reason"], (fault, reason)
+            continue
+        assert reason is None or not reason.startswith("escape_"), (fault, reason)  # never dropped for a leak
+        assert markers[fault["kind"]] not in row["text"], fault
+        assert fault["clean_step"] in row["clean_steps"], (fault, row["clean_steps"])
+    manifest = json.loads((out / "manifest.json").read_text())["content"]
+    clean_planted_ids = {fault.get("id") for fault in planted}
+    planted_in = sum(1 for fault in planted if any(_matches(i, fault) for (_, i) in dropped))
+    survival = (manifest["totals"]["docs_out"]) / (manifest["totals"]["docs_in"] - planted_in)
+    assert survival >= 0.90, survival
+    assert manifest["report"]["leaks"]["by_source"]["forum_en"]["docs_with_leaks"] >= 2
+    assert "drop_table" in manifest and clean_planted_ids
+
+
+def _matches(doc_id: str, fault: dict) -> bool:
+    """A planted record's id: its own where the source has ids, else the positional source/path/index id."""
+    if fault.get("id") is not None:
+        return doc_id == str(fault["id"])
+    return doc_id.endswith(f"/{fault['file'].split('/', 1)[1]}/{fault['record_index']}")

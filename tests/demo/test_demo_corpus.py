@@ -156,12 +156,13 @@ def test_demo_yaml_names_every_source_with_its_reader(corpus):
     root, _ = corpus
     cfg = _config(root)
     assert (root / "demo.yaml").read_text().startswith("# tokenmill demo run")
-    assert cfg["seed"] == 1234 and cfg["output"] == "run" and cfg["stages"] == {"sample": {}}
+    assert cfg["seed"] == 1234 and cfg["output"] == "run" and list(cfg["stages"]) == ["sample", "clean"]
+    assert {o["source"] for o in cfg["stages"]["clean"]["overrides"]} == {"reddit", "forum_en", "pile"}
     assert [s["name"] for s in cfg["sources"]] == SOURCE_NAMES == [s.name for s in SOURCES]
     by_name = {s["name"]: s for s in cfg["sources"]}
     assert all(tuple(by_name[spec.name]["paths"]) == spec.clean for spec in SOURCES)  # what a rerun cleans
     assert by_name["pile"] == {"name": "pile", "format": "pile", "paths": ["pile/*.jsonl.zst"], "language": "en"}
-    assert by_name["cc_wet"] == {"name": "cc_wet", "format": "cc_wet", "paths": ["cc/*.warc.wet.gz"], "language": "en"}
+    assert by_name["cc_wet"] == {"name": "cc_wet", "format": "cc_wet", "paths": ["cc/*.warc.wet.gz"], "language": "any"}
     assert by_name["cc_html"] == {"name": "cc_html", "format": "cc_warc", "paths": ["cc_html/*.warc.gz"],
                                   "language": "en"}
     assert by_name["reddit"] == {"name": "reddit", "format": "reddit", "paths": ["reddit/*.ndjson.zst"],

@@ -21,13 +21,23 @@ sources:
   - {name: news_zh, format: jsonl, paths: ["news_zh/*.jsonl.gz"], text_field: content, id_field: id, subset_field: category, language: zh}
   - {name: forum_en, format: jsonl, paths: ["forum_en/*.jsonl"], text_field: post.body, id_field: post.id, subset_field: post.board, language: en}
   - {name: pile, format: pile, paths: ["pile/*.jsonl.zst"], language: en}
-  - {name: cc_wet, format: cc_wet, paths: ["cc/*.warc.wet.gz"], language: en}
+  - {name: cc_wet, format: cc_wet, paths: ["cc/*.warc.wet.gz"], language: any}
   - {name: cc_html, format: cc_warc, paths: ["cc_html/*.warc.gz"], language: en}
   - {name: reddit, format: reddit, paths: ["reddit/*.ndjson.zst"], max_window_log: 31, language: en}
   - {name: news_zh_gb, format: jsonl, paths: ["news_zh_gb/*.jsonl"], encoding: gb18030, text_field: content, id_field: id, subset_field: category, language: zh}
 ingest: {docs_per_shard: 500}
 stages:
   sample: {}
+  clean:
+    overrides:
+      # Short-form sources: a two-sentence comment is a fine document. Gopher's 50 words, its n-gram repetition
+      # shares and C4's 5 sentences are rules for web pages; punctuation tokens weigh more in short texts.
+      - {source: reddit, quality: {gopher_quality: {min_doc_words: 5, min_stop_words: 1, max_non_alpha_words_ratio: 0.6},
+                                   gopher_repetition: null, c4: {min_num_sentences: 1}}}
+      - {source: forum_en, quality: {gopher_quality: {min_doc_words: 5, min_stop_words: 1, max_non_alpha_words_ratio: 0.6},
+                                     gopher_repetition: null, c4: {min_num_sentences: 1}}}
+      # Abstracts are dense with numbers and units ("95% CI 0.49-1.8; p < 0.04"): each is a non-alphabetic token.
+      - {source: pile, subset: PubMed Abstracts, quality: {gopher_quality: {max_non_alpha_words_ratio: 0.6}}}
 """
 )
 

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StageConfig, StrictModel
+from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.sample import SampleConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -106,6 +107,8 @@ class StagesConfig(StrictModel):
 
     sample: Optional[SampleConfig] = None
     """Keep a deterministic share (`fraction`) of each source."""
+    clean: Optional[CleanConfig] = None
+    """Escape-leak checks, normalization, PII, blocklist, language and quality filters (docs/clean.md)."""
 
     def configured(self) -> list[tuple[str, StageConfig]]:
         """The configured stages, in pipeline order."""
@@ -215,6 +218,9 @@ def check_paths(config: RunConfig) -> None:
                 problems.append(f"  sources[{i}].paths[{j}]: {pattern!r} matches no file (looked in {config.base_dir})")
         if source.root is not None and not config.resolve(source.root).is_dir():
             problems.append(f"  sources[{i}].root: {source.root!r} is not a folder")
+    clean = config.stages.clean
+    if clean is not None and clean.blocklist is not None and not config.resolve(clean.blocklist).is_file():
+        problems.append(f"  stages.clean.blocklist: {clean.blocklist!r} is not a file (looked in {config.base_dir})")
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
 

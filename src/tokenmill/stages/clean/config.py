@@ -1,0 +1,44 @@
+"""The clean stage's config: escape policy (per source and subset), normalization, PII, blocklist, language, quality."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from tokenmill.pipeline.config_base import StageConfig, StrictModel
+from tokenmill.stages.clean.escapes import EscapePolicy
+from tokenmill.stages.clean.langid import LangidConfig
+from tokenmill.stages.clean.normalize import NormalizeConfig
+from tokenmill.stages.clean.pii import PiiConfig
+from tokenmill.stages.clean.quality import QualityConfig
+
+
+class CleanOverride(StrictModel):
+    """Settings for one source, one subset, or one subset of one source; the most specific override wins."""
+
+    source: Optional[str] = None
+    """Source name this override applies to (any source when left out)."""
+    subset: Optional[str] = None
+    """Subset this override applies to (e.g. the Pile's `ArXiv`); any subset when left out."""
+    escapes: Optional[EscapePolicy] = None
+    """The escape policy for these documents, e.g. `{mode: flag}` for a subset of code."""
+    quality: Optional[QualityConfig] = None
+    """The quality rules for these documents, e.g. fewer words for short-form sources such as Reddit comments."""
+
+
+class CleanConfig(StageConfig):
+    """Escape-leak checks first, on the raw text; then normalization, PII, blocklist, language and quality filters."""
+
+    escapes: EscapePolicy = EscapePolicy()
+    """What to do with text that still carries escapes from an upstream serialization (the OPT lesson)."""
+    overrides: list[CleanOverride] = []
+    """Per source and subset settings, e.g. `{source: pile, subset: ArXiv, escapes: {mode: flag}}`."""
+    normalize: NormalizeConfig = NormalizeConfig()
+    """Unicode and whitespace normalization steps."""
+    pii: Optional[PiiConfig] = PiiConfig()
+    """Personal data replaced by placeholders; null turns it off."""
+    blocklist: Optional[str] = None
+    """File of blocked domains, one per line, relative to the config file; documents whose `meta.url` is on one are dropped."""
+    langid: Optional[LangidConfig] = LangidConfig()
+    """fastText language identification; null turns it off (then `lang` is the source's language)."""
+    quality: QualityConfig = QualityConfig()
+    """Gopher quality, Gopher repetition and C4 rules (character-based measures for Chinese and Japanese)."""
