@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .catalog import SOURCES, FileSpec, SourceSpec, open_writer
+from .sources import unique_texts
 from .config import CONFIG_NAME, write_config
 from .documents import DocumentMaker
 from .planted import PLANTERS, PlantContext, get_path
@@ -46,16 +46,7 @@ def write_demo_corpus(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    seen: set[bytes] = set()
-
-    def unique(text: str) -> bool:
-        # Corpus-wide guard against accidental exact duplicates (templates can collide on short
-        # texts); planted duplicates are added on purpose by planters, never by chance.
-        key = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-        if key in seen:
-            return False
-        seen.add(key)
-        return True
+    unique = unique_texts()
 
     truth_sources: dict[str, dict] = {}
     planted: list[dict] = []

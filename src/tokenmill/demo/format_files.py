@@ -10,7 +10,6 @@ format keeps its text where the reader looks by default, so `{"format": fmt}` al
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 from pathlib import Path
@@ -23,7 +22,7 @@ from . import sources, streams
 from .catalog import _pile_dumps
 from .documents import DocumentMaker
 from .formats import CsvShard, JsonArrayShard, JsonlShard, ParquetShard, TextFiles
-from .sources import TOPICS, Records, Unique, _Cover
+from .sources import TOPICS, Records, Unique, _Cover, unique_texts
 from .warc import WarcShard, WetShard
 
 FORMATS = ("pile", "cc_wet", "cc_warc", "reddit", "jsonl", "parquet", "csv", "json", "text")
@@ -120,14 +119,7 @@ def write_format_files(out_dir: str | os.PathLike, fmt: str, target_bytes: int, 
     out.mkdir(parents=True, exist_ok=True)
     rnd = random.Random(f"tokenmill-formats/{seed}/{fmt}")
     maker = DocumentMaker(rnd, np.random.default_rng([seed, FORMATS.index(fmt), 7]))
-    seen: set[bytes] = set()
-
-    def unique(text: str) -> bool:
-        key = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-        if key in seen:
-            return False
-        seen.add(key)
-        return True
+    unique = unique_texts()
 
     def stream_for(name: str) -> Records:
         kind, _, month = name.partition("/")

@@ -557,20 +557,7 @@ def _percent_runs(text: str) -> tuple[list[tuple[int, int, int]], int]:
 # Repair
 # --------------------------------------------------------------------------------------------------------------
 
-_BACKSLASH_KINDS = frozenset(
-    {
-        "literal_newline",
-        "literal_tab",
-        "literal_cr",
-        "escaped_quote",
-        "escaped_slash",
-        "escaped_backslash",
-        "backslash_run",
-        "unicode_escape",
-        "hex_escape",
-        "double_escaped",
-    }
-)
+_BACKSLASH_KINDS = frozenset(k for k in ESCAPE_KINDS if k not in ("html_entity", "percent_encoding"))
 _LOCAL_KINDS = frozenset({"escaped_quote", "escaped_slash", "escaped_backslash", "backslash_run", "unicode_escape",
                           "hex_escape", "double_escaped"})
 
