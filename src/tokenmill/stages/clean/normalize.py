@@ -11,6 +11,7 @@ import re
 import unicodedata
 
 import ftfy
+from ftfy.badness import is_bad
 
 from tokenmill.pipeline.config_base import StrictModel
 
@@ -71,7 +72,9 @@ def normalize_whitespace(text: str) -> str:
 def normalize(text: str, config: NormalizeConfig) -> tuple[str, list[str]]:
     """The normalized text and the steps that changed it."""
     changed = []
-    if config.ftfy:
+    # ftfy walks every line; its own badness test on the whole text first keeps clean documents (nearly all)
+    # to one regex search. Pure ASCII holds no mojibake at all.
+    if config.ftfy and not text.isascii() and is_bad(text):
         fixed = ftfy.fix_text(text, FTFY_CONFIG)
         if fixed != text:
             changed.append("ftfy")

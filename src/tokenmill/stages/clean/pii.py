@@ -47,12 +47,20 @@ def _public_ip(match: re.Match) -> bool:
     return address.is_global
 
 
+# Cheap scans that rule a kind out for most documents before its full pattern runs.
+_MAYBE_IPV4 = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
+_MAYBE_IPV6 = re.compile(r"[0-9A-Fa-f]:[0-9A-Fa-f]{0,4}:")
+_MAYBE_PHONE = re.compile(r"\d[ .()-]{0,2}\d{2,4}[ .)-]{1,2}\d{2,4}")
+
+
 def replace_pii(text: str, config: PiiConfig) -> tuple[str, dict[str, int]]:
     """The text with personal data replaced, and how many of each kind."""
     counts = {}
     if config.email and "@" in text:
         text, counts["email"] = _EMAIL.subn(config.email_placeholder, text)
-    if config.ip and ("." in text or ":" in text):
+    ipv4 = config.ip and _MAYBE_IPV4.search(text) is not None
+    ipv6 = config.ip and ":" in text and _MAYBE_IPV6.search(text) is not None
+    if ipv4 or ipv6:
         n = 0
 
         def sub_ip(match: re.Match) -> str:
@@ -62,10 +70,12 @@ def replace_pii(text: str, config: PiiConfig) -> tuple[str, dict[str, int]]:
                 return config.ip_placeholder
             return match.group(0)
 
-        text = _IPV4.sub(sub_ip, text)
-        text = _IPV6.sub(sub_ip, text)
+        if ipv4:
+            text = _IPV4.sub(sub_ip, text)
+        if ipv6:
+            text = _IPV6.sub(sub_ip, text)
         counts["ip"] = n
-    if config.phone:
+    if config.phone and _MAYBE_PHONE.search(text):
         text, counts["phone"] = _PHONE.subn(config.phone_placeholder, text)
     return text, {k: v for k, v in counts.items() if v}
 
