@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -209,3 +210,62 @@ def pii(record: dict, ctx: PlantContext) -> Planted:
     text = get_path(record, ctx.text_path)
     text += " You can reach me at jane.doe@example.com or +1 415-555-0134 if the board is down."
     return _planted_text(record, ctx, text, "replaced", "pii")
+
+
+# -- Dedup stage: near-duplicate pairs at known Jaccard, and an exact copy across sources ---------------------
+# Jaccard is over word 5-gram shingles (lowercase runs of letters and digits), as the dedup stage measures it. A copy
+# is its base plus k new words at the end: each adds one shingle, so Jaccard = n / (n + k) for a base of n shingles,
+# whatever cleaning does to whitespace. The keep rule keeps the longer document, so the base is the one removed.
+
+_DEDUP_BASES: dict[str, str] = {}
+NEAR_DUP_TARGETS = (0.99, 0.97, 0.93, 0.85)
+_WORD = re.compile(r"[^\W_]+")
+
+
+def shingle_set(text: str, n: int = 5) -> set[tuple[str, ...]]:
+    words = [w.lower() for w in _WORD.findall(text)]
+    return {tuple(words[i:i + n]) for i in range(max(1, len(words) - n + 1))}
+
+
+def jaccard(a: str, b: str) -> float:
+    x, y = shingle_set(a), shingle_set(b)
+    return len(x & y) / len(x | y) if x | y else 0.0
+
+
+def _near_dup_pair(target: float):
+    tag = f"{target:.2f}"
+
+    @planter(f"near_duplicate_base_{tag}", source="web_en", stage="dedup",
+             drop_reason="near_duplicate" if target > 0.95 else None)
+    def base(record: dict, ctx: PlantContext) -> Planted:
+        _DEDUP_BASES[tag] = get_path(record, ctx.text_path)
+        return Planted(record=record, valid=True, info={"pair": tag})
+
+    @planter(f"near_duplicate_copy_{tag}", source="web_en", stage="dedup", drop_reason=None)
+    def copy(record: dict, ctx: PlantContext) -> Planted:
+        text = _DEDUP_BASES[tag]
+        n = len(shingle_set(text))
+        k = max(1, round(n * (1 - target) / target))
+        pool = sorted(set(w.lower() for w in _WORD.findall(text)))
+        extra = " ".join(ctx.rnd.choice(pool) for _ in range(k))
+        edited = f"{text}\n\nUpdated: {extra}."
+        # "updated" and the new words make k + 1 shingles at most; measure rather than trust the arithmetic.
+        set_path(record, ctx.text_path, edited)
+        return Planted(record=record, valid=True, info={"pair": tag, "jaccard": round(jaccard(text, edited), 4)})
+
+
+for _target in NEAR_DUP_TARGETS:
+    _near_dup_pair(_target)
+
+
+@planter("exact_copy_base", source="web_en", stage="dedup", drop_reason="exact_duplicate")
+def exact_copy_base(record: dict, ctx: PlantContext) -> Planted:
+    _DEDUP_BASES["exact"] = get_path(record, ctx.text_path)
+    return Planted(record=record, valid=True, info={"pair": "exact", "note": "removed: its reddit copy sorts first"})
+
+
+@planter("exact_copy_cross_source", source="reddit", stream="comments", stage="dedup", drop_reason=None)
+def exact_copy_cross_source(record: dict, ctx: PlantContext) -> Planted:
+    # A Reddit comment that pastes a whole web article: a duplicate across sources.
+    record["body"] = _DEDUP_BASES["exact"]
+    return Planted(record=_sorted(record), valid=True, info={"pair": "exact"})

@@ -1,0 +1,1 @@
+"""Near-duplicate detection: shingles, MinHash signatures, LSH bands, candidate pairs, verification, clusters."""

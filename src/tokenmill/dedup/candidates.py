@@ -1,0 +1,173 @@
+"""Candidate pairs for near-duplicate verification: from LSH buckets and from exact content hashes.
+
+Documents are identified by a ``uint64`` reference (``shard << 32 | row``). Every function here is a pure,
+deterministic function of numpy arrays: pairs come back as an ``(m, 2)`` ``uint64`` array with ``a < b`` in each
+row, rows sorted (lexicographically) and unique, whatever the order of the input rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["candidate_pairs", "exact_pairs"]
+
+_EMPTY_PAIRS_SHAPE = (0, 2)
+
+
+def _empty_pairs() -> np.ndarray:
+    return np.empty(_EMPTY_PAIRS_SHAPE, dtype=np.uint64)
+
+
+def _sorted_unique_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Stack two uint64 columns (``a < b`` row-wise) into sorted, duplicate-free ``(m, 2)`` pairs."""
+    if a.size == 0:
+        return _empty_pairs()
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    keep = np.ones(a.size, dtype=bool)
+    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return np.stack([a[keep], b[keep]], axis=1).astype(np.uint64, copy=False)
+
+
+def _as_1d(name: str, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {x.shape}")
+    return x
+
+
+def _run_starts(*cols: np.ndarray) -> np.ndarray:
+    """Boolean mask, True where a new run of equal rows (over all ``cols``) begins; rows must be sorted."""
+    n = cols[0].size
+    start = np.zeros(n, dtype=bool)
+    if n:
+        start[0] = True
+        for c in cols:
+            start[1:] |= c[1:] != c[:-1]
+    return start
+
+
+def candidate_pairs(
+    band: np.ndarray,
+    key: np.ndarray,
+    doc: np.ndarray,
+    max_pairs_per_bucket: int = 10_000,
+) -> tuple[np.ndarray, int]:
+    """Candidate document pairs from LSH band buckets.
+
+    Each input row ``(band[i], key[i], doc[i])`` says that document ``doc[i]`` hashed to ``key[i]`` in LSH band
+    ``band[i]``. A *bucket* is the set of distinct documents sharing one ``(band, key)``; a document listed twice in
+    the same bucket counts once.
+
+    A bucket of ``k`` documents yields all ``k*(k-1)/2`` pairs when that is at most ``max_pairs_per_bucket``.
+    Beyond that cap the bucket yields a *star* instead: every document paired only with the bucket's smallest
+    document (``k-1`` pairs, which keeps the bucket connected in O(k) pairs; connectivity wins over the cap, so a
+    star of more than ``max_pairs_per_bucket + 1`` documents still emits its ``k-1`` pairs), and the
+    ``k*(k-1)/2 - (k-1)`` pairs not emitted are added to ``overflow``. ``overflow`` is counted per bucket, before
+    pairs are deduplicated across buckets, so a skipped pair that another bucket does emit still counts.
+
+    Args:
+        band: ``(n,)`` integer band index per row.
+        key: ``(n,)`` integer band key (hash of the band's MinHash values) per row.
+        doc: ``(n,)`` ``uint64`` document reference per row.
+        max_pairs_per_bucket: the most pairs a bucket emits before it falls back to a star (``>= 0``).
+
+    Returns:
+        ``(pairs, overflow)``: ``pairs`` an ``(m, 2)`` ``uint64`` array of distinct documents with
+        ``pairs[:, 0] < pairs[:, 1]``, sorted and unique across all buckets and bands; ``overflow`` the number of
+        pairs left out by capped buckets (a Python ``int``).
+
+    Vectorised: one lexsort by ``(band, key, doc)``, run boundaries by comparing neighbours, and pair indices
+    generated with ``np.repeat``/``np.cumsum``; there is no Python loop per bucket or per pair.
+    """
+    band = _as_1d("band", band)
+    key = _as_1d("key", key)
+    doc = _as_1d("doc", doc).astype(np.uint64, copy=False)
+    if not (band.size == key.size == doc.size):
+        raise ValueError(f"band, key and doc must have the same length, got {band.size}, {key.size}, {doc.size}")
+    if max_pairs_per_bucket < 0:
+        raise ValueError(f"max_pairs_per_bucket must be >= 0, got {max_pairs_per_bucket}")
+    if doc.size == 0:
+        return _empty_pairs(), 0
+
+    order = np.lexsort((doc, key, band))
+    band, key, doc = band[order], key[order], doc[order]
+    # Drop repeated (band, key, doc) rows: a document is in a bucket once.
+    distinct = _run_starts(band, key, doc)
+    band, key, doc = band[distinct], key[distinct], doc[distinct]
+
+    bucket_start = _run_starts(band, key)
+    starts = np.flatnonzero(bucket_start)
+    sizes = np.diff(np.append(starts, doc.size)).astype(np.int64)
+    full = sizes * (sizes - 1) // 2
+    capped = full > max_pairs_per_bucket
+    overflow = int((full[capped] - (sizes[capped] - 1)).sum())
+
+    # Per row: its bucket, its rank within the bucket, and how many pairs it opens as the smaller document.
+    bucket_of = np.repeat(np.arange(starts.size), sizes)
+    rank = np.arange(doc.size, dtype=np.int64) - starts[bucket_of]
+    size_of = sizes[bucket_of]
+    row_capped = capped[bucket_of]
+
+    # Uncapped buckets: row i opens pairs with every later row of its bucket (size - 1 - rank of them).
+    opens = np.where(row_capped, 0, size_of - 1 - rank)
+    total = int(opens.sum())
+    first = np.repeat(np.arange(doc.size, dtype=np.int64), opens)
+    # Offset of each generated pair within its first row's run of pairs: 0, 1, ..., opens-1.
+    run_begin = np.cumsum(opens) - opens
+    offset = np.arange(total, dtype=np.int64) - np.repeat(run_begin, opens)
+    second = first + 1 + offset
+
+    # Capped buckets: a star from the bucket's first (smallest) document to each other one.
+    star_rows = np.flatnonzero(row_capped & (rank > 0))
+    star_hub = starts[bucket_of[star_rows]]
+
+    a = np.concatenate([doc[first], doc[star_hub]])
+    b = np.concatenate([doc[second], doc[star_rows]])
+    return _sorted_unique_pairs(a, b), overflow
+
+
+def _group_ids(exact_hash: np.ndarray) -> np.ndarray:
+    """Dense group id per row; rows with equal hashes share an id."""
+    if exact_hash.ndim == 1:
+        _, inverse = np.unique(exact_hash, return_inverse=True)
+        return np.asarray(inverse).reshape(-1).astype(np.int64, copy=False)
+    cols = [exact_hash[:, j] for j in range(exact_hash.shape[1])]
+    order = np.lexsort(cols[::-1])
+    start = _run_starts(*(c[order] for c in cols))
+    ids = np.empty(exact_hash.shape[0], dtype=np.int64)
+    ids[order] = np.cumsum(start) - 1
+    return ids
+
+
+def exact_pairs(exact_hash: np.ndarray, doc: np.ndarray) -> np.ndarray:
+    """Star pairs of documents with identical exact hashes.
+
+    Args:
+        exact_hash: the exact-content hash per row, either ``(n,)`` fixed-width bytes (the intended form is
+            dtype ``'S16'``: a 128-bit digest of the normalised text, compared bytewise) or any other 1-D
+            fixed-width dtype (``uint64``, ``'V16'``...), or ``(n, w)`` integers compared row-wise (e.g. a
+            128-bit hash as two ``uint64`` columns). ``'S'`` bytes are NumPy null-stripped strings, so two digests
+            that differ only in trailing ``0x00`` bytes compare equal; pass ``'V16'`` or two ``uint64`` columns
+            when that matters (it is a 2**-8 event per trailing byte, so a real hash almost never collides so).
+        doc: ``(n,)`` ``uint64`` document reference per row.
+
+    Returns:
+        ``(m, 2)`` ``uint64`` pairs ``(smallest doc with that hash, other doc)``, one per other distinct document of
+        each hash group, sorted and unique. A group of ``k`` distinct documents yields ``k - 1`` pairs.
+    """
+    exact_hash = np.asarray(exact_hash)
+    doc = _as_1d("doc", doc).astype(np.uint64, copy=False)
+    if exact_hash.ndim not in (1, 2) or exact_hash.shape[0] != doc.size:
+        raise ValueError(f"exact_hash must be (n,) or (n, w) with n = len(doc) = {doc.size}, got {exact_hash.shape}")
+    if doc.size == 0:
+        return _empty_pairs()
+    group = _group_ids(exact_hash)
+    order = np.lexsort((doc, group))
+    group, doc = group[order], doc[order]
+    distinct = _run_starts(group, doc)
+    group, doc = group[distinct], doc[distinct]
+    start = _run_starts(group)
+    hub = np.maximum.accumulate(np.where(start, np.arange(doc.size), 0))
+    member = ~start
+    return _sorted_unique_pairs(doc[hub[member]], doc[member])

@@ -1,0 +1,139 @@
+"""Components and the greedy keep/drop choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tokenmill.dedup.clusters import cluster_table, components, greedy_keep
+
+
+def _e(*pairs):
+    return np.array(pairs, dtype=np.uint64).reshape(-1, 2)
+
+
+def _brute_components(edges):
+    parent = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in edges.tolist():
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return {n: find(n) for n in list(parent)}
+
+
+def test_components_small_graphs():
+    nodes, comp = components(_e((5, 3), (3, 9), (20, 11), (7, 7)))
+    assert nodes.dtype == np.uint64 and comp.dtype == np.uint64
+    assert nodes.tolist() == [3, 5, 7, 9, 11, 20]
+    assert comp.tolist() == [3, 3, 7, 3, 11, 11]
+    # A long path given from its far end: the smallest node still labels everything.
+    path = _e(*[(i + 1, i) for i in range(49, -1, -1)])  # 50 -> 49 -> ... -> 0
+    nodes, comp = components(path)
+    assert set(comp.tolist()) == {0} and len(nodes) == 51
+    empty_nodes, empty_comp = components(np.empty((0, 2), dtype=np.uint64))
+    assert empty_nodes.size == empty_comp.size == 0
+
+
+def test_components_random_against_union_find():
+    rng = np.random.default_rng(2)
+    edges = (rng.integers(0, 300, (250, 2)).astype(np.uint64) << np.uint64(32)) | np.uint64(3)
+    nodes, comp = components(edges)
+    want = _brute_components(edges)
+    assert dict(zip(nodes.tolist(), comp.tolist())) == want
+    assert len(set(comp.tolist())) > 10
+
+
+A, B, C = 100, 200, 300
+CHAIN = _e((A, B), (B, C))  # A~C was 0.92: failed verification, no edge
+CHAIN_J = np.array([0.96, 0.97])
+
+
+def test_chain_order_a_first_keeps_a_and_c():
+    order = {A: (0,), B: (1,), C: (2,)}
+    assert greedy_keep(CHAIN, CHAIN_J, order) == {B: (A, 0.96)}
+
+
+def test_chain_order_b_first_keeps_b():
+    order = {A: (1,), B: (0,), C: (2,)}
+    assert greedy_keep(CHAIN, CHAIN_J, order) == {A: (B, 0.96), C: (B, 0.97)}
+
+
+def test_order_ties_broken_by_node_id():
+    order = {A: (0,), B: (0,), C: (0,)}
+    assert greedy_keep(CHAIN, CHAIN_J, order) == {B: (A, 0.96)}
+
+
+def test_missing_order_key_and_bad_jaccard():
+    with pytest.raises(KeyError):
+        greedy_keep(CHAIN, CHAIN_J, {A: (0,), B: (1,)})
+    with pytest.raises(ValueError):
+        greedy_keep(CHAIN, CHAIN_J[:1], {A: (0,), B: (1,), C: (2,)})
+
+
+def _random_graph(seed, n=80, m=160):
+    rng = np.random.default_rng(seed)
+    ends = rng.integers(0, n, (m, 2)).astype(np.uint64) + np.uint64(1 << 33)
+    edges = ends[ends[:, 0] != ends[:, 1]]
+    sims = rng.uniform(0.95, 1.0, len(edges))
+    nodes = np.unique(edges).tolist()
+    quality = rng.integers(0, 5, len(nodes))
+    order = {d: (-int(q), d % 7, d) for d, q in zip(nodes, quality)}
+    return rng, edges, sims, order
+
+
+def test_deterministic_under_edge_shuffle_and_flip():
+    rng, edges, sims, order = _random_graph(3)
+    want = greedy_keep(edges, sims, order)
+    for _ in range(5):
+        perm = rng.permutation(len(edges))
+        shuffled = edges[perm]
+        flip = rng.random(len(edges)) < 0.5
+        shuffled[flip] = shuffled[flip][:, ::-1]
+        assert greedy_keep(shuffled, sims[perm], order) == want
+        n1, c1 = components(shuffled)
+        n0, c0 = components(edges)
+        assert np.array_equal(n0, n1) and np.array_equal(c0, c1)
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_random_graph_dropped_are_adjacent_to_kept(seed):
+    _, edges, sims, order = _random_graph(seed)
+    dropped = greedy_keep(edges, sims, order)
+    nodes = set(np.unique(edges).tolist())
+    kept = nodes - set(dropped)
+    sim_of = {}
+    for (a, b), s in zip(edges.tolist(), sims.tolist()):
+        sim_of[(a, b)] = sim_of[(b, a)] = max(s, sim_of.get((a, b), 0.0))
+    assert dropped and kept
+    for d, (k, s) in dropped.items():
+        assert k in kept
+        assert sim_of[(d, k)] == s
+    # No two kept documents are near-duplicates of each other, and each component keeps at least one.
+    assert not any(a in kept and b in kept for a, b in edges.tolist())
+    node_arr, comp = components(edges)
+    kept_comps = {c for n, c in zip(node_arr.tolist(), comp.tolist()) if n in kept}
+    assert kept_comps == set(comp.tolist())
+    # The best document by `order` in every component is kept.
+    best = {}
+    for n, c in zip(node_arr.tolist(), comp.tolist()):
+        if c not in best or (order[n], n) < (order[best[c]], best[c]):
+            best[c] = n
+    assert set(best.values()) <= kept
+
+
+def test_cluster_table():
+    edges = _e((B, A), (C, B), (7, 8))
+    dropped = greedy_keep(edges, np.array([0.96, 0.97, 0.99]), {A: (1,), B: (0,), C: (2,), 7: (0,), 8: (0,)})
+    t = cluster_table(edges, dropped)
+    assert t["doc"].tolist() == [7, 8, A, B, C]
+    assert t["cluster"].tolist() == [7, 7, A, A, A]
+    assert t["kept"].tolist() == [True, False, False, True, False]
+    assert t["kept_by"].tolist() == [7, 7, B, B, B]
+    assert np.isnan(t["jaccard"][[0, 3]]).all()
+    assert t["jaccard"][[1, 2, 4]].tolist() == [0.99, 0.96, 0.97]
