@@ -27,6 +27,7 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest -m ''
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]' -c constraints.txt
 	$(BIN)/python benchmarks/ingest_sample.py
 
 lock: $(STAMP)

@@ -98,3 +98,28 @@ def _matches(doc_id: str, fault: dict) -> bool:
     if fault.get("id") is not None:
         return doc_id == str(fault["id"])
     return doc_id.endswith(f"/{fault['file'].split('/', 1)[1]}/{fault['record_index']}")
+
+
+def test_dedup_removes_the_planted_duplicates_and_only_above_the_threshold(demo_run):
+    root, config, _ = demo_run
+    truth = json.loads((root / "ground_truth.json").read_text())
+    out = config.output_dir / "dedup"
+    dropped = {r["id"]: r["drop_reason"] for p in (out / "dropped").glob("*.parquet")
+               for r in pq.read_table(p, columns=["id", "drop_reason"]).to_pylist()}
+    kept = {r["id"] for p in (out / "shards").glob("*.parquet") for r in pq.read_table(p, columns=["id"]).to_pylist()}
+    planted = [p for p in truth["planted"] if p["stage"] == "dedup"]
+    assert len(planted) == 10
+    for pair in {p["pair"] for p in planted}:
+        members = [p for p in planted if p["pair"] == pair]
+        ids = [p["id"] if p["source"] != "reddit" else f"t1_{p['id']}" for p in members]
+        if not all(i in kept or i in dropped for i in ids):
+            continue  # an earlier stage removed a member: nothing left to pair
+        for fault, doc_id in zip(members, ids):
+            assert dropped.get(doc_id) == fault["expect_drop_reason"], (fault, dropped.get(doc_id))
+    clusters = pq.read_table(out / "clusters.parquet").to_pylist()
+    kept_ids = {r["id"] for r in clusters if r["kept"]}
+    for row in clusters:  # every removed document has a verified partner above the threshold that was kept
+        if not row["kept"]:
+            assert row["removed_by"] in kept_ids and (row["reason"] == "exact_duplicate" or row["jaccard"] > 0.95)
+    report = json.loads((out / "manifest.json").read_text())["content"]["report"]
+    assert report["clusters"]["near_duplicates"] >= 2 and report["clusters"]["exact_duplicates"] >= 1

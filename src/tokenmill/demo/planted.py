@@ -218,6 +218,23 @@ def pii(record: dict, ctx: PlantContext) -> Planted:
 # whatever cleaning does to whitespace. The keep rule keeps the longer document, so the base is the one removed.
 
 _DEDUP_BASES: dict[str, str] = {}
+
+
+def clean_article(ctx: PlantContext) -> str:
+    """A web article of 300+ words that the clean stage keeps at its defaults: a pair that cleaning halves tests
+    nothing about dedup."""
+    import numpy as np
+
+    from tokenmill.stages.clean.quality import QualityConfig, quality
+
+    from .documents import DocumentMaker
+
+    maker = DocumentMaker(ctx.rnd, np.random.default_rng(ctx.rnd.getrandbits(64)))
+    while True:
+        title, text = maker.web_article("science")
+        text = f"{title}\n\n{text}"
+        if len(_WORD.findall(text)) >= 300 and quality([text], ["en"], QualityConfig())[1][0] is None:
+            return text
 NEAR_DUP_TARGETS = (0.99, 0.97, 0.93, 0.85)
 _WORD = re.compile(r"[^\W_]+")
 
@@ -238,7 +255,9 @@ def _near_dup_pair(target: float):
     @planter(f"near_duplicate_base_{tag}", source="web_en", stage="dedup",
              drop_reason="near_duplicate" if target > 0.95 else None)
     def base(record: dict, ctx: PlantContext) -> Planted:
-        _DEDUP_BASES[tag] = get_path(record, ctx.text_path)
+        text = clean_article(ctx)
+        set_path(record, ctx.text_path, text)
+        _DEDUP_BASES[tag] = text
         return Planted(record=record, valid=True, info={"pair": tag})
 
     @planter(f"near_duplicate_copy_{tag}", source="web_en", stage="dedup", drop_reason=None)
@@ -260,7 +279,9 @@ for _target in NEAR_DUP_TARGETS:
 
 @planter("exact_copy_base", source="web_en", stage="dedup", drop_reason="exact_duplicate")
 def exact_copy_base(record: dict, ctx: PlantContext) -> Planted:
-    _DEDUP_BASES["exact"] = get_path(record, ctx.text_path)
+    text = clean_article(ctx)
+    set_path(record, ctx.text_path, text)
+    _DEDUP_BASES["exact"] = text
     return Planted(record=record, valid=True, info={"pair": "exact", "note": "removed: its reddit copy sorts first"})
 
 

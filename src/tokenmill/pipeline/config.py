@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StageConfig, StrictModel
 from tokenmill.stages.clean.config import CleanConfig
+from tokenmill.stages.dedup.config import DedupConfig
 from tokenmill.stages.sample import SampleConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -109,6 +110,8 @@ class StagesConfig(StrictModel):
     """Keep a deterministic share (`fraction`) of each source."""
     clean: Optional[CleanConfig] = None
     """Escape-leak checks, normalization, PII, blocklist, language and quality filters (docs/clean.md)."""
+    dedup: Optional[DedupConfig] = None
+    """Exact, then MinHash-LSH near-duplicate removal above a Jaccard threshold (docs/dedup.md)."""
 
     def configured(self) -> list[tuple[str, StageConfig]]:
         """The configured stages, in pipeline order."""

@@ -1,0 +1,44 @@
+"""The dedup stage's config."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from tokenmill.pipeline.config_base import StageConfig
+
+
+class DedupConfig(StageConfig):
+    """Exact duplicates by a 128-bit hash of the normalized text, then near-duplicates by MinHash LSH, verified."""
+
+    threshold: float = Field(default=0.95, gt=0.0, lt=1.0)
+    """Documents whose shingle-set Jaccard with a kept document exceeds this are removed (OPT: 0.95)."""
+    num_perm: int = Field(default=320, ge=16, le=4096)
+    """MinHash permutations; 320 lets 16 bands x 20 rows catch 99.9% of pairs at exactly 0.95."""
+    bands: Optional[int] = Field(default=None, ge=1)
+    """LSH bands; default: chosen so that pairs at the threshold become candidates with probability >= min_recall."""
+    rows: Optional[int] = Field(default=None, ge=1)
+    """Rows per band (with `bands`); bands x rows <= num_perm."""
+    min_recall: float = Field(default=0.99, gt=0.0, lt=1.0)
+    """Probability that a pair at exactly the threshold becomes a candidate, when bands are chosen."""
+    word_ngram: int = Field(default=5, ge=1)
+    """Shingle size in words for space-delimited languages."""
+    char_ngram: int = Field(default=5, ge=1)
+    """Shingle size in characters for Chinese, Japanese and Thai (by the `lang` column)."""
+    minhash_seed: int = 1
+    """Seed of the MinHash permutations: the same text always gets the same signature."""
+    partitions: int = Field(default=16, ge=1, le=4096)
+    """Band-key partitions: one bucket task and one verify task each; more partitions, less memory per task."""
+    max_pairs_per_bucket: int = Field(default=10_000, ge=1)
+    """A larger bucket is paired as a star around its first document; the pairs not made are counted."""
+    keep: list[Literal["longest", "shortest", "lowest_id"]] = ["longest", "lowest_id"]
+    """Which document of a cluster is kept: rules in order, ties broken by the next (then by id)."""
+
+    @model_validator(mode="after")
+    def _bands_fit(self) -> "DedupConfig":
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("set both bands and rows, or neither")
+        if self.bands is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+        return self

@@ -1,0 +1,310 @@
+"""The dedup stage in five phases, each a set of tasks with bounded memory; no task holds the corpus.
+
+(a) `signatures`, per shard: normalized-text hash, shingles, MinHash, band keys; band keys and exact hashes are
+    written partitioned by key. (b) `buckets`, per partition: equal keys make candidate pairs (exact pairs apart).
+(c) `verify`, per partition: exact Jaccard of the shingle sets, reading only the documents its pairs name.
+(d) `clusters`, one task over edges only: components, then the keep/drop choice. (e) `map`, per shard: filter.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tokenmill.dedup.candidates import candidate_pairs, exact_pairs
+from tokenmill.dedup.clusters import components, greedy_keep
+from tokenmill.dedup.lsh import band_keys, choose_bands
+from tokenmill.dedup.minhash import MinHasher
+from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
+from tokenmill.dedup.verify import verify
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.documents import read_shard
+from tokenmill.pipeline.map_phase import shard_name, split_and_write
+from tokenmill.pipeline.stage import Phase, Stage, Task
+from tokenmill.pipeline.tasks import PlanContext, TaskContext
+from tokenmill.stages.dedup.config import DedupConfig
+
+EXACT_BAND = 0xFFFF  # the band number exact hashes travel under
+
+
+def _doc_ref(shard_index: int, rows: np.ndarray) -> np.ndarray:
+    return (np.uint64(shard_index) << np.uint64(32)) | rows.astype(np.uint64)
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def _read_all(ctx: TaskContext, folder: str, columns=None) -> pa.Table | None:
+    files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, folder), ".parquet")
+    tables = [pq.read_table(f, filesystem=ctx.fs, columns=columns) for f in files]
+    return pa.concat_tables(tables) if tables else None
+
+
+class Signatures(Phase):
+    name = "signatures"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"index": i})
+                for i, s in enumerate(ctx.input_shards)]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
+        cfg: DedupConfig = stage.config
+        texts = table.column("text").to_pylist()
+        langs = table.column("lang").to_pylist() if "lang" in table.column_names else \
+            [stage.run.sources[s].language for s in table.column("source").to_pylist()]
+        docs = _doc_ref(task.params["index"], np.arange(len(texts)))
+        shingles = shingle_hashes_many(texts, langs, word_ngram=cfg.word_ngram, char_ngram=cfg.char_ngram)
+        hashes = [exact_hash(t) for t in texts]
+        signatures = stage.hasher.signatures(shingles) if texts else np.zeros((0, cfg.num_perm), np.uint64)
+        keys = band_keys(signatures, stage.bands, stage.rows)
+        ctx.write(f"_work/docs/{task.key}.parquet", _parquet(pa.table({
+            "doc": pa.array(docs, pa.uint64()),
+            "id": table.column("id"),
+            "source": table.column("source"),
+            "length": pc.utf8_length(table.column("text")).cast(pa.int64()),
+            "shingles": pa.array([s.tolist() for s in shingles], pa.list_(pa.uint64())),
+        })))
+        band = np.repeat(np.arange(stage.bands, dtype=np.uint16)[None, :], len(texts), axis=0).ravel()
+        doc_per_band = np.repeat(docs, stage.bands)
+        flat = keys.ravel()
+        exact_key = np.array([int.from_bytes(h[:8], "little") for h in hashes], dtype=np.uint64)
+        for p in range(stage.config.partitions):
+            mask = (flat % np.uint64(stage.config.partitions)) == p
+            emask = (exact_key % np.uint64(stage.config.partitions)) == p
+            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", _parquet(pa.table({
+                "band": pa.array(np.concatenate([band[mask], np.full(emask.sum(), EXACT_BAND, np.uint16)]), pa.uint16()),
+                "key": pa.array(np.concatenate([flat[mask], exact_key[emask]]), pa.uint64()),
+                "doc": pa.array(np.concatenate([doc_per_band[mask], docs[emask]]), pa.uint64()),
+                "exact": pa.array([None] * int(mask.sum()) + [h for h, m in zip(hashes, emask) if m], pa.binary(16)),
+            })))
+        return {"docs": len(texts)}
+
+
+class Buckets(Phase):
+    name = "buckets"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=f"p{p:04d}") for p in range(stage.config.partitions)]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        rows = _read_all(ctx, f"_work/bands/{task.key}")
+        empty = np.zeros((0, 2), np.uint64)
+        near, exact, overflow = empty, empty, 0
+        if rows is not None and rows.num_rows:
+            band = rows.column("band").to_numpy()
+            is_exact = band == EXACT_BAND
+            key, doc = rows.column("key").to_numpy(), rows.column("doc").to_numpy()
+            near, overflow = candidate_pairs(band[~is_exact], key[~is_exact], doc[~is_exact],
+                                             stage.config.max_pairs_per_bucket)
+            exact_bytes = np.array(rows.column("exact").filter(pa.array(is_exact)).to_pylist(), dtype="S16")
+            exact = exact_pairs(exact_bytes, doc[is_exact])
+        ctx.write(f"_work/pairs/{task.key}.parquet", _parquet(pa.table({
+            "a": pa.array(np.concatenate([exact[:, 0], near[:, 0]]), pa.uint64()),
+            "b": pa.array(np.concatenate([exact[:, 1], near[:, 1]]), pa.uint64()),
+            "exact": pa.array(np.r_[np.ones(len(exact), bool), np.zeros(len(near), bool)]),
+        })))
+        return {"candidate_pairs": int(len(near)), "exact_pairs": int(len(exact)), "bucket_overflow": int(overflow)}
+
+
+class Verify(Phase):
+    name = "verify"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=f"p{p:04d}", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards]})
+                for p in range(stage.config.partitions)]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        pairs = pq.read_table(storage.join(ctx.stage_dir, f"_work/pairs/{task.key}.parquet"), filesystem=ctx.fs)
+        a, b = pairs.column("a").to_numpy(), pairs.column("b").to_numpy()
+        exact = pairs.column("exact").to_numpy(zero_copy_only=False)
+        near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
+        needed = np.unique(near.ravel())
+        shingles: dict[int, np.ndarray] = {}
+        shards = task.params["shards"]
+        for index in np.unique(needed >> np.uint64(32)).tolist():
+            table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
+                                  columns=["doc", "shingles"])
+            table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(needed, pa.uint64())))
+            for doc, sh in zip(table.column("doc").to_pylist(), table.column("shingles").to_pylist()):
+                shingles[doc] = np.array(sh, dtype=np.uint64)
+        jaccard, keep = verify(near, shingles, stage.config.threshold) if len(near) else (np.zeros(0), np.zeros(0, bool))
+        ctx.write(f"_work/edges/{task.key}.parquet", _parquet(pa.table({
+            "a": pa.array(np.r_[a[exact], near[keep, 0]], pa.uint64()),
+            "b": pa.array(np.r_[b[exact], near[keep, 1]], pa.uint64()),
+            "jaccard": pa.array(np.r_[np.ones(int(exact.sum())), jaccard[keep]], pa.float64()),
+            "exact": pa.array(np.r_[np.ones(int(exact.sum()), bool), np.zeros(int(keep.sum()), bool)]),
+        })))
+        return {"verified": int(keep.sum()), "rejected": int(len(near) - keep.sum())}
+
+
+class Clusters(Phase):
+    """Over edges only: exact duplicates first (one kept per hash), then near-duplicates among what is left."""
+
+    name = "clusters"
+
+    def reduce(self, stage: "DedupStage", results: Mapping[str, Any]) -> Any:
+        return results["all"]
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key="all", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards]})]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        edges = _read_all(ctx, "_work/edges")
+        shards = task.params["shards"]
+        decisions: dict[int, tuple[str, int, float]] = {}
+        cluster_of: dict[int, int] = {}
+        if edges is not None and edges.num_rows:
+            a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
+            jac, exact = edges.column("jaccard").to_numpy(), edges.column("exact").to_numpy(zero_copy_only=False)
+            nodes = np.unique(np.r_[a, b])
+            order = self._order(stage, ctx, shards, nodes)
+            pairs = np.stack([a, b], axis=1)
+            for node, (by, j) in greedy_keep(pairs[exact], jac[exact], order).items():
+                decisions[node] = ("exact_duplicate", by, j)
+            near = ~exact & ~np.isin(a, list(decisions)) & ~np.isin(b, list(decisions))
+            for node, (by, j) in greedy_keep(pairs[near], jac[near], order).items():
+                decisions[node] = ("near_duplicate", by, j)
+            comp_nodes, comp = components(pairs)
+            cluster_of = dict(zip(comp_nodes.tolist(), comp.tolist()))
+        ids, sources = self._ids(ctx, shards, cluster_of)
+        by_shard: dict[int, list[int]] = {}
+        for node in cluster_of:
+            by_shard.setdefault(node >> 32, []).append(node)
+        for index, nodes in sorted(by_shard.items()):
+            nodes.sort()
+            ctx.write(f"_work/decisions/{shards[index]}.parquet", _parquet(pa.table({
+                "doc": pa.array(nodes, pa.uint64()),
+                "reason": pa.array([decisions.get(n, (None,))[0] for n in nodes], pa.string()),
+                "kept_by": pa.array([ids.get(decisions[n][1]) if n in decisions else None for n in nodes], pa.string()),
+                "jaccard": pa.array([decisions[n][2] if n in decisions else None for n in nodes], pa.float64()),
+                "cluster": pa.array([ids[cluster_of[n]] for n in nodes], pa.string()),
+            })))
+        members = sorted(cluster_of, key=lambda n: (cluster_of[n], n))
+        ctx.write("clusters.parquet", _parquet(pa.table({
+            "cluster": pa.array([ids[cluster_of[n]] for n in members], pa.string()),
+            "id": pa.array([ids[n] for n in members], pa.string()),
+            "source": pa.array([sources[n] for n in members], pa.string()),
+            "kept": pa.array([n not in decisions for n in members]),
+            "reason": pa.array([decisions.get(n, (None,))[0] for n in members], pa.string()),
+            "removed_by": pa.array([ids.get(decisions[n][1]) if n in decisions else None for n in members], pa.string()),
+            "jaccard": pa.array([decisions[n][2] if n in decisions else None for n in members], pa.float64()),
+        })))
+        # Per source of the document each cluster keeps: how many clusters, and how large.
+        members_of = Counter(cluster_of.values())
+        kept_of: dict[int, int] = {}
+        for node in sorted(cluster_of):
+            if node not in decisions:
+                kept_of.setdefault(cluster_of[node], node)
+        per_source: dict[str, Counter] = {}
+        for root, size in members_of.items():
+            per_source.setdefault(sources[kept_of.get(root, root)], Counter())[size] += 1
+        return {
+            "clusters": len(members_of),
+            "by_source": {s: {"clusters": sum(c.values()), "size_histogram": {str(k): v for k, v in sorted(c.items())}}
+                          for s, c in sorted(per_source.items())},
+            "exact_duplicates": sum(d[0] == "exact_duplicate" for d in decisions.values()),
+            "near_duplicates": sum(d[0] == "near_duplicate" for d in decisions.values()),
+        }
+
+    def _order(self, stage: "DedupStage", ctx: TaskContext, shards: list[str], nodes: np.ndarray) -> dict[int, tuple]:
+        """Sort keys of the documents in edges (only those), from the signatures phase's document files."""
+        order = {}
+        for index in np.unique(nodes >> np.uint64(32)).tolist():
+            table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
+                                  columns=["doc", "id", "length"])
+            table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(nodes, pa.uint64())))
+            for doc, doc_id, length in zip(*(table.column(c).to_pylist() for c in ("doc", "id", "length"))):
+                key = []
+                for rule in stage.config.keep:
+                    key.append(-length if rule == "longest" else length if rule == "shortest" else doc_id)
+                order[doc] = (*key, doc_id, doc)
+        return order
+
+    def _ids(self, ctx: TaskContext, shards: list[str], cluster_of: dict[int, int]) -> tuple[dict, dict]:
+        """Ids and sources of the documents in clusters (only those)."""
+        nodes = np.array(sorted(cluster_of), dtype=np.uint64)
+        ids, sources = {}, {}
+        for index in np.unique(nodes >> np.uint64(32)).tolist() if len(nodes) else []:
+            table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
+                                  columns=["doc", "id", "source"])
+            table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(nodes, pa.uint64())))
+            docs = table.column("doc").to_pylist()
+            ids.update(zip(docs, table.column("id").to_pylist()))
+            sources.update(zip(docs, table.column("source").to_pylist()))
+        return ids, sources
+
+
+class FilterShards(Phase):
+    name = "map"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"index": i, "source": s["source"]})
+                for i, s in enumerate(ctx.input_shards)]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
+        reasons = [None] * table.num_rows
+        stats: dict[str, Any] = {}
+        path = storage.join(ctx.stage_dir, f"_work/decisions/{task.key}.parquet")
+        if storage.exists(ctx.fs, path):
+            decided = pq.read_table(path, filesystem=ctx.fs)
+            source = task.params["source"]
+            for doc, reason in zip(decided.column("doc").to_pylist(), decided.column("reason").to_pylist()):
+                row = doc & 0xFFFFFFFF
+                reasons[row] = reason
+                key = reason or "kept_in_cluster"
+                stats.setdefault("cluster_members", {}).setdefault(source, {}).setdefault(key, 0)
+                stats["cluster_members"][source][key] += 1
+        if task.params["index"] == 0:
+            # The cluster summary is global: it rides on the first shard's stats into the manifest report.
+            stats["clusters"] = ctx.shared.get("clusters")
+        entry = split_and_write(stage, ctx, task.key, task.params["source"], table, pa.array(reasons, pa.string()),
+                                stats or None)
+        entry["input"] = task.inputs[0]
+        return {"shards": [entry]}
+
+
+class DedupStage(Stage):
+    name = "dedup"
+    needs = frozenset({"id", "text", "source"})
+    uses = frozenset({"lang"})
+    drop_reasons = ("exact_duplicate", "near_duplicate")
+
+    config: DedupConfig
+
+    def __init__(self, config: DedupConfig, run):
+        super().__init__(config, run)
+        if config.bands is not None:
+            self.bands, self.rows = config.bands, config.rows
+        else:
+            self.bands, self.rows = choose_bands(config.threshold, config.num_perm, config.min_recall)
+        self._hasher = None
+
+    @property
+    def hasher(self) -> MinHasher:
+        if self._hasher is None:
+            self._hasher = MinHasher(self.config.num_perm, self.config.minhash_seed)
+        return self._hasher
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "bands": self.bands, "rows": self.rows}
+
+    def phases(self) -> list[Phase]:
+        return [Signatures(), Buckets(), Verify(), Clusters(), FilterShards()]
+
+    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """Clusters per source with their size histogram, and members kept or dropped per source."""
+        clusters = stats.get("clusters") or {}
+        summary = [f"{clusters.get('clusters', 0):,} duplicate clusters: {clusters.get('exact_duplicates', 0):,} exact and "
+                   f"{clusters.get('near_duplicates', 0):,} near duplicates removed (bands x rows = "
+                   f"{self.bands} x {self.rows})"]
+        return {"clusters": clusters, "cluster_members": stats.get("cluster_members", {}), "summary": summary}
