@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import resource
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -157,9 +158,11 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
 
     shared: dict[str, Any] = {}
     run_count = skip_count = 0
+    phase_stats: dict[str, dict[str, float]] = {}
     phases = stage.phases()
     records: dict[str, dict] = {}
     for phase_index, phase in enumerate(phases):
+        phase_started = time.time()
         ctx = PlanContext(stage_dir, input_dir, upstream["shards"] if upstream else [], shared)
         tasks = phase.plan(stage, ctx)
         if len({t.key for t in tasks}) != len(tasks):
@@ -181,6 +184,13 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
             on_done=lambda task: reporter.task_done(stage.name, phase.name),
         )
         reporter.phase_ended(stage.name, phase.name)
+        task_stats = [r.pop("task_stats") for r in done.values() if "task_stats" in r]
+        phase_stats[phase.name] = {
+            "wall_seconds": round(time.time() - phase_started, 3),
+            "tasks_run": len(done),
+            "max_task_seconds": round(max((t["seconds"] for t in task_stats), default=0.0), 3),
+            "max_worker_peak_rss_mb": round(max((t["peak_rss_mb"] for t in task_stats), default=0.0), 1),
+        }
         records.update(done)
         run_count += len(done)
         skip_count += len(tasks) - len(todo)
@@ -193,6 +203,8 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     check_conservation(content, stage.drop_reasons, upstream)
     _remove_leftovers(fs, stage_dir, records)
     run_info = build_run_info(started, time.time(), key, run_count, skip_count, workers)
+    run_info["phases"] = phase_stats
+    run_info["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     path = write_manifest(fs, stage_dir, content, run_info, uuid.uuid4().hex)
     status = "resumed" if skip_count else "ran"
     return StageReport(stage.name, status, run_count, skip_count, content["totals"], run_info["seconds"], path, notes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -86,5 +87,9 @@ def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, An
     writer = TaskWriter(fs, stage_dir, phase.name, task.key)
     ctx = TaskContext(stage_dir, input_dir, shared, writer)
     _fault_delay()
+    started = time.perf_counter()
     result = phase.run(stage, task, ctx)
-    return writer.commit(env.stage_key, result)
+    record = writer.commit(env.stage_key, result)
+    # Not part of the committed record (that stays deterministic): how long, and the worker's peak memory so far.
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {**record, "task_stats": {"seconds": time.perf_counter() - started, "peak_rss_mb": usage.ru_maxrss / 1024}}
