@@ -35,6 +35,17 @@ def english_texts() -> list[str]:
         texts.append(json.loads(line)["context"])
     for line in open(SHARED / "evalsets" / "llmfoundry_triviaqa_sm_sub.jsonl", encoding="utf-8"):
         texts.append(json.loads(line)["context"])
+    for line in open(SHARED / "evalsets" / "gsm8k_test.jsonl", encoding="utf-8"):
+        item = json.loads(line)
+        texts.append(item["question"] + "\n" + item["answer"])
+    import csv
+
+    with open(SHARED / "reddit" / "reddit_lifestyle_drunk.csv", newline="", encoding="utf-8") as f:
+        texts += [row[1] for row in list(csv.reader(f))[1:] if len(row) > 1]
+    # OCR books cut into 300-word passages: long, real, and two of them are scans of the same book.
+    for book in sorted((SHARED / "dups" / "textreuse_ats").glob("*.txt")):
+        words = book.read_text(encoding="utf-8", errors="replace").split()
+        texts += [" ".join(words[i:i + 300]) for i in range(0, len(words) - 299, 300)]
     return [t for t in dict.fromkeys(texts) if len(_WORDS.findall(t)) >= 60]
 
 
@@ -46,9 +57,14 @@ def chinese_texts() -> list[str]:
 
 
 def edit_words(text: str, target: float, rng: random.Random) -> str:
-    """Substitute words at random places: each kills up to 5 shingles and adds up to 5, so m = n(1-J)/(5(1+J))."""
-    words = text.split(" ")
-    m = max(1, round(len(words) * (1 - target) / (5 * (1 + target))))
+    """Substitute words at random places (each kills up to 5 shingles and adds up to 5: m = n(1-J)/(5(1+J))); a
+    text too short for one substitution to stay near the target gets k new words at its end instead (J = n/(n+k))."""
+    words = text.split()
+    n = len(_WORDS.findall(text))
+    m = int(n * (1 - target) / (5 * (1 + target)))
+    if m == 0:
+        k = max(1, round(n * (1 - target) / target))
+        return " ".join(words + [f"edit{rng.randrange(10**6)}" for _ in range(k)])
     for pos in rng.sample(range(len(words)), min(m, len(words))):
         words[pos] = f"edit{rng.randrange(10**6)}"
     return " ".join(words)
