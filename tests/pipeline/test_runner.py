@@ -140,7 +140,7 @@ class CountPhase(Phase):
         table = read_shard(f"{ctx.input_dir}/{task.inputs[0]}", ctx.fs)
         return {"longest": max(pc.binary_length(table.column("text")).to_pylist(), default=0)}
 
-    def reduce(self, stage, results):
+    def reduce(self, stage, results, ctx):
         return max(r["longest"] for r in results.values())
 
 

@@ -161,9 +161,10 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     phase_stats: dict[str, dict[str, float]] = {}
     phases = stage.phases()
     records: dict[str, dict] = {}
+    shard_records: dict[str, dict] = {}
     for phase_index, phase in enumerate(phases):
         phase_started = time.time()
-        ctx = PlanContext(stage_dir, input_dir, upstream["shards"] if upstream else [], shared)
+        ctx = PlanContext(stage_dir, input_dir, upstream["shards"] if upstream else [], shared, fs)
         tasks = phase.plan(stage, ctx)
         if len({t.key for t in tasks}) != len(tasks):
             raise RuntimeError(f"stage {stage.name!r} phase {phase.name!r} planned two tasks with one key")
@@ -196,12 +197,14 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         skip_count += len(tasks) - len(todo)
         if failures:
             raise StageFailed(stage.name, failures)
-        shared[phase.name] = phase.reduce(stage, {k: r["result"] for k, r in records.items()})
+        shared[phase.name] = phase.reduce(stage, {k: r["result"] for k, r in records.items()}, ctx)
+        if records and all(isinstance(r["result"], dict) and "shards" in r["result"] for r in records.values()):
+            shard_records = records
 
-    entries = [entry for k in sorted(records) for entry in records[k]["result"]["shards"]]
+    entries = [entry for k in sorted(shard_records) for entry in shard_records[k]["result"]["shards"]]
     content = build_content(stage.name, identity, descriptor, entries, stage.report)
     check_conservation(content, stage.drop_reasons, upstream)
-    _remove_leftovers(fs, stage_dir, records)
+    _remove_leftovers(fs, stage_dir, shard_records)
     run_info = build_run_info(started, time.time(), key, run_count, skip_count, workers)
     run_info["phases"] = phase_stats
     run_info["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

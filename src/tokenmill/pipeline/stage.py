@@ -55,7 +55,8 @@ class Phase(ABC):
     A phase's tasks return a small JSON-able `result`; after the whole phase, `reduce` turns the
     results into one object that every task of the later phases receives through the object store
     (a dedup cluster table, a decontamination index, a trained tokenizer).
-    The last phase of every stage writes the stage's shards and their manifest entries.
+    The stage's shards and their manifest entries come from the last phase whose results hold `shards`; a
+    phase after it may only gather reports (e.g. join per-shard hit files into one).
     """
 
     name: ClassVar[str]
@@ -68,8 +69,10 @@ class Phase(ABC):
     def run(self, stage: "Stage", task: Task, ctx: "TaskContext") -> Any:
         """Do one task in a worker; write files through `ctx.write`; return a small JSON-able result."""
 
-    def reduce(self, stage: "Stage", results: Mapping[str, Any]) -> Any:
-        """Combine the task results (by task key) into what later phases need; default: nothing."""
+    def reduce(self, stage: "Stage", results: Mapping[str, Any], ctx: "PlanContext") -> Any:
+        """Combine the task results (by task key) into what later phases need; default: nothing.
+
+        Runs on the driver; `ctx.fs` and `ctx.stage_dir` reach files the tasks wrote (a large index, say)."""
         return None
 
 

@@ -22,6 +22,8 @@ class PlanContext:
     input_dir: str | None
     input_shards: list[dict[str, Any]]
     shared: Mapping[str, Any] = field(default_factory=dict)
+    fs: Any = None
+    """The run folder's filesystem (`pyarrow.fs`)."""
 
 
 @dataclass

@@ -151,7 +151,7 @@ class Clusters(Phase):
 
     name = "clusters"
 
-    def reduce(self, stage: "DedupStage", results: Mapping[str, Any]) -> Any:
+    def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return results["all"]
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
