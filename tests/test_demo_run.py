@@ -97,6 +97,8 @@ def _matches(doc_id: str, fault: dict) -> bool:
     """A planted record's id: its own where the source has ids, else the positional source/path/index id."""
     if fault.get("id") is not None:
         return doc_id == str(fault["id"])
+    if fault.get("warc_record_id") is not None:
+        return doc_id == fault["warc_record_id"]
     return doc_id.endswith(f"/{fault['file'].split('/', 1)[1]}/{fault['record_index']}")
 
 
@@ -123,3 +125,24 @@ def test_dedup_removes_the_planted_duplicates_and_only_above_the_threshold(demo_
             assert row["removed_by"] in kept_ids and (row["reason"] == "exact_duplicate" or row["jaccard"] > 0.95)
     report = json.loads((out / "manifest.json").read_text())["content"]["report"]
     assert report["clusters"]["near_duplicates"] >= 2 and report["clusters"]["exact_duplicates"] >= 1
+
+
+def test_decontaminate_finds_every_planted_passage(demo_run):
+    root, config, _ = demo_run
+    truth = json.loads((root / "ground_truth.json").read_text())
+    planted = [p for p in truth["planted"] if p["stage"] == "decontaminate"]
+    assert len(planted) == 3
+    hits = pq.read_table(config.output_dir / "decontaminate" / "hits.parquet").to_pylist()
+    survivors = {r["id"] for st in ("dedup",) for p in (config.output_dir / st / "shards").glob("*.parquet")
+                 for r in pq.read_table(p, columns=["id"]).to_pylist()}
+    for fault in planted:
+        doc = next(i for i in survivors | {h["id"] for h in hits} if _matches(i, fault))
+        assert any(h["id"] == doc and h["evalset"] == "demo_qa" and h["item"] == fault["item"]
+                   and h["field"] == "question" for h in hits), fault
+    kept = {r["id"]: r["text"] for p in (config.output_dir / "decontaminate" / "shards").glob("*.parquet")
+            for r in pq.read_table(p, columns=["id", "text"]).to_pylist()}
+    questions = {i["id"]: i["question"] for i in map(json.loads, (root / "evalsets" / "demo_qa.jsonl").read_text().splitlines())}
+    for fault in planted:
+        assert not any(questions[fault["item"]] in t for t in kept.values())  # excised wherever it survived
+    report = json.loads((config.output_dir / "decontaminate" / "manifest.json").read_text())["content"]["report"]
+    assert report["evalsets"]["demo_qa"]["found"] == 3

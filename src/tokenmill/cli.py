@@ -133,6 +133,36 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """`tokenmill report contamination RUN`: which evaluation items the corpus held, per set and source."""
+    import json
+    from pathlib import Path
+
+    path = Path(args.run) / "decontaminate" / "manifest.json"
+    if not path.is_file():
+        raise TokenmillError(f"{path} does not exist: run the decontaminate stage first")
+    report = json.loads(path.read_text(encoding="utf-8"))["content"].get("report", {})
+    table = Table(title=f"contamination in {args.run}", title_justify="left")
+    for col in ("evaluation set", "items", "found", "% found", "by source (items)"):
+        table.add_column(col, justify="left" if col in ("evaluation set", "by source (items)") else "right")
+    for name, entry in report.get("evalsets", {}).items():
+        sources = ", ".join(f"{src} {sum(s['items'] for s in subs.values())}" for src, subs in entry["by_source"].items())
+        table.add_row(name, f"{entry['items']:,}", f"{entry['found']:,}", f"{100 * entry['fraction']:.2f}", sources or "-")
+    out = Console(width=max(Console().width, 100))
+    out.print(table)
+    index = report.get("index", {})
+    out.print(f"hits: {report.get('hits', 0):,} in {report.get('documents_with_hits', 0):,} documents; "
+              f"{report.get('excised_chars', 0):,} characters excised; index: {index.get('ngrams', 0):,} n-grams, "
+              f"{index.get('bytes', 0) / 1e6:.1f} MB, built in {index.get('seconds', 0)} s")
+    common = report.get("common_ngrams_ignored", [])
+    if common:
+        out.print(f"{len(common)} common n-grams ignored (in more documents than the cap), e.g.:")
+        for entry in common[:5]:
+            out.print(f"  [dim]{entry['documents']} docs: {entry['text'][:100]!r}[/]")
+    out.print(f"every hit: {Path(args.run) / 'decontaminate' / 'hits.parquet'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -148,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a config and the stage chain without running anything")
     validate.add_argument("config")
     validate.set_defaults(func=cmd_validate)
+
+    report = sub.add_parser("report", help="print a stage's report from a run folder")
+    report.add_argument("kind", choices=["contamination"])
+    report.add_argument("run", help="the run folder (the config's `output`)")
+    report.set_defaults(func=cmd_report)
 
     demo = sub.add_parser("demo-data", help="write the generated demo corpus and DIR/demo.yaml")
     demo.add_argument("dir")

@@ -39,6 +39,8 @@ stages:
       # Abstracts are dense with numbers and units ("95% CI 0.49-1.8; p < 0.04"): each is a non-alphabetic token.
       - {source: pile, subset: PubMed Abstracts, quality: {gopher_quality: {max_non_alpha_words_ratio: 0.6}}}
   dedup: {}
+  decontaminate:
+    evalsets: [{name: demo_qa, path: evalsets/demo_qa.jsonl, format: jsonl, fields: [question, answer]}]
 """
 )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .catalog import SOURCES, FileSpec, SourceSpec, open_writer
+from .planted import write_demo_evalset
 from .sources import unique_texts
 from .config import CONFIG_NAME, write_config
 from .documents import DocumentMaker
@@ -63,10 +64,11 @@ def write_demo_corpus(
         summary_sources[spec.name] = result
 
     write_config(out, seed)
+    evalset = write_demo_evalset(out)
     truth = {"version": GROUND_TRUTH_VERSION, "seed": seed, "sources": truth_sources, "planted": planted}
     (out / GROUND_TRUTH_NAME).write_text(json.dumps(truth, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
-    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, GROUND_TRUTH_NAME]
+    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, GROUND_TRUTH_NAME, evalset]
     return {
         "out_dir": str(out),
         "seed": seed,

@@ -290,3 +290,56 @@ def exact_copy_cross_source(record: dict, ctx: PlantContext) -> Planted:
     # A Reddit comment that pastes a whole web article: a duplicate across sources.
     record["body"] = _DEDUP_BASES["exact"]
     return Planted(record=_sorted(record), valid=True, info={"pair": "exact"})
+
+
+# -- Decontaminate stage: a generated evaluation set, and passages of it planted in documents -----------------
+
+DEMO_EVALSET = "evalsets/demo_qa.jsonl"
+_QA_SUBJECTS = ("the lighthouse keeper", "a retired pilot", "the village baker", "two young chemists", "the harbor master",
+                "an old violinist", "the museum guard", "a patient gardener", "the night nurse", "a travelling clockmaker")
+_QA_ACTS = ("counted the copper coins hidden under", "carried twelve wooden crates across", "painted the narrow blue door of",
+            "measured the cold water flowing through", "repaired the broken silver bell inside",
+            "planted forty small apple trees behind", "wrote a long careful letter about")
+_QA_PLACES = ("the abandoned railway station", "the quiet northern monastery", "the flooded salt market",
+              "the tallest granite tower", "the forgotten orchard by the river")
+
+
+def demo_eval_items() -> list[dict]:
+    """Fifty question/answer items, the same for every seed: the evaluation set the demo protects. Words are drawn
+    freely (no template), so no 13-word run is shared by two items and a hit names exactly one item."""
+    rnd = random.Random("tokenmill-demo/evalset")
+    vocab = sorted({w for phrase in (*_QA_SUBJECTS, *_QA_ACTS, *_QA_PLACES) for w in phrase.split()})
+    items = []
+    for i in range(50):
+        who, act, where = rnd.choice(_QA_SUBJECTS), rnd.choice(_QA_ACTS), rnd.choice(_QA_PLACES)
+        detail = " ".join(rnd.choice(vocab) for _ in range(14))
+        n = rnd.randrange(3, 60)
+        question = f"If {who} {act} {where} {n} times, {detail}, how many times in all?"
+        items.append({"id": f"qa-{i:03d}", "question": question, "answer": f"It happened {n * 3} times in all."})
+    return items
+
+
+def write_demo_evalset(out_dir) -> str:
+    from pathlib import Path
+
+    path = Path(out_dir) / DEMO_EVALSET
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(item) + "\n" for item in demo_eval_items()), encoding="utf-8")
+    return DEMO_EVALSET
+
+
+def _contaminate(item_index: int):
+    def make(record: dict, ctx: PlantContext) -> Planted:
+        item = demo_eval_items()[item_index]
+        text = clean_article(ctx)  # a host the clean stage keeps: the passage must reach decontamination
+        middle = len(text) // 2
+        cut = text.rfind(" ", 0, middle) + 1 or middle
+        # A final newline, as WET bodies end; harmless elsewhere (cleaning strips it).
+        set_path(record, ctx.text_path, f"{text[:cut]}{item['question']} {text[cut:]}\n")
+        return Planted(record=record, valid=True,
+                       info={"evalset": "demo_qa", "item": item["id"], "field": "question", "expect": "excised"})
+    return make
+
+
+for _source, _item in (("web_en", 4), ("forum_en", 17), ("cc_wet", 31)):
+    planter(f"eval_passage_{_item}", source=_source, stage="decontaminate", drop_reason=None)(_contaminate(_item))

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StageConfig, StrictModel
 from tokenmill.stages.clean.config import CleanConfig
+from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.dedup.config import DedupConfig
 from tokenmill.stages.sample import SampleConfig
 
@@ -112,6 +113,8 @@ class StagesConfig(StrictModel):
     """Escape-leak checks, normalization, PII, blocklist, language and quality filters (docs/clean.md)."""
     dedup: Optional[DedupConfig] = None
     """Exact, then MinHash-LSH near-duplicate removal above a Jaccard threshold (docs/dedup.md)."""
+    decontaminate: Optional[DecontaminateConfig] = None
+    """Evaluation-set n-grams excised from the corpus, every hit reported (docs/decontaminate.md)."""
 
     def configured(self) -> list[tuple[str, StageConfig]]:
         """The configured stages, in pipeline order."""
@@ -224,6 +227,11 @@ def check_paths(config: RunConfig) -> None:
     clean = config.stages.clean
     if clean is not None and clean.blocklist is not None and not config.resolve(clean.blocklist).is_file():
         problems.append(f"  stages.clean.blocklist: {clean.blocklist!r} is not a file (looked in {config.base_dir})")
+    decon = config.stages.decontaminate
+    for i, evalset in enumerate(decon.evalsets if decon is not None else []):
+        if not config.resolve(evalset.path).is_file():
+            problems.append(f"  stages.decontaminate.evalsets[{i}].path: {evalset.path!r} is not a file "
+                            f"(looked in {config.base_dir})")
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
 

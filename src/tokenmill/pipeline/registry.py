@@ -5,6 +5,7 @@ from __future__ import annotations
 from tokenmill.pipeline.config import RunConfig
 from tokenmill.pipeline.stage import RunContext, Stage
 from tokenmill.stages.clean.stage import CleanStage
+from tokenmill.stages.decontaminate.stage import DecontaminateStage
 from tokenmill.stages.dedup.stage import DedupStage
 from tokenmill.stages.ingest import IngestStage, list_source_files
 from tokenmill.stages.sample import SampleStage
@@ -13,6 +14,7 @@ STAGE_CLASSES: dict[str, type[Stage]] = {
     "sample": SampleStage,
     "clean": CleanStage,
     "dedup": DedupStage,
+    "decontaminate": DecontaminateStage,
 }
 STAGE_ORDER = ["ingest", *STAGE_CLASSES]
 """Every stage name in pipeline order; a later stage reads the nearest earlier configured one."""

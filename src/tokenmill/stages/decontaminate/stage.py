@@ -1,0 +1,223 @@
+"""The decontaminate stage: index the evaluation sets once, count which of their n-grams the corpus holds, then
+excise (or drop) the matches that are not common phrases, recording every hit."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.columns import with_fallbacks
+from tokenmill.pipeline.documents import read_shard
+from tokenmill.pipeline.map_phase import shard_name, split_and_write
+from tokenmill.pipeline.stage import Phase, Stage, Task
+from tokenmill.pipeline.tasks import PlanContext, TaskContext
+from tokenmill.stages.decontaminate.config import DecontaminateConfig
+from tokenmill.stages.decontaminate.evalsets import load_evalset
+from tokenmill.stages.decontaminate.excise import excise
+from tokenmill.stages.decontaminate.ngrams import EvalIndex, build_index, find_matches
+
+CJK = ("zh", "ja")
+HITS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("subset", pa.string()),
+                         ("evalset", pa.string()), ("item", pa.string()), ("field", pa.string()),
+                         ("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())])
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+class BuildIndex(Phase):
+    """No tasks: the driver builds the n-gram index of every evaluation field once; the runner shares it with every
+    later task through the object store."""
+
+    name = "index"
+
+    def plan(self, stage: "DecontaminateStage", ctx: PlanContext) -> list[Task]:
+        return []
+
+    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> Any:
+        raise AssertionError("the index phase plans no tasks")
+
+    def reduce(self, stage: "DecontaminateStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        started = time.perf_counter()
+        items: dict[str, set[str]] = {}
+
+        def fields():
+            for config, path in zip(stage.config.evalsets, stage.evalset_paths):
+                seen = items.setdefault(config.name, set())
+                for f in load_evalset(config, path):
+                    seen.add(f.item)
+                    yield config.name, f.item, f.field, f.text, config.language
+
+        index = build_index(fields(), word_n=stage.config.word_n, char_n=stage.config.char_n)
+        summary = {"seconds": round(time.perf_counter() - started, 3), "ngrams": int(len(index.hashes)),
+                   "bytes": int(index.nbytes()), "items": {k: len(v) for k, v in sorted(items.items())},
+                   "skipped_short_fields": dict(sorted(index.skipped_short_fields.items()))}
+        return {"index": index, "summary": summary}
+
+
+def _doc_matches(table: pa.Table, index: EvalIndex, ignore: frozenset = frozenset()):
+    """Per document, the matches (start, end, hash) of indexed n-grams not in `ignore`."""
+    texts = table.column("text").to_pylist()
+    langs = table.column("lang").to_pylist()
+    for text, lang in zip(texts, langs):
+        yield [m for m in find_matches(text, "zh" if lang in CJK else (lang or "en"), index) if m[2] not in ignore]
+
+
+class CountNgrams(Phase):
+    """Per shard: in how many documents each matched evaluation n-gram occurs (common phrases are ignored later)."""
+
+    name = "count"
+
+    def plan(self, stage: "DecontaminateStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=shard_name(s["path"]), inputs=(s["path"],)) for s in ctx.input_shards]
+
+    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> Any:
+        table = with_fallbacks(read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs), stage)
+        index = ctx.shared["index"]["index"]
+        counts: Counter = Counter()
+        sample: dict[int, str] = {}
+        for text, matches in zip(table.column("text").to_pylist(), _doc_matches(table, index)):
+            for start, end, h in matches:
+                sample.setdefault(h, text[start:end])
+            counts.update({h for _, _, h in matches})
+        return {"ngrams": {str(h): [n, sample[h]] for h, n in sorted(counts.items())}}
+
+    def reduce(self, stage: "DecontaminateStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        totals: Counter = Counter()
+        texts: dict[str, str] = {}
+        for key in sorted(results):
+            for h, (n, text) in results[key]["ngrams"].items():
+                totals[h] += n
+                texts.setdefault(h, text)
+        cap = stage.config.max_doc_frequency
+        common = sorted(((n, texts[h]) for h, n in totals.items() if n > cap), reverse=True)
+        return {"ignore": frozenset(int(h) for h, n in totals.items() if n > cap),
+                "common": [{"documents": n, "text": t} for n, t in common]}
+
+
+class Decontaminate(Phase):
+    name = "map"
+
+    def plan(self, stage: "DecontaminateStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"], "first": i == 0})
+                for i, s in enumerate(ctx.input_shards)]
+
+    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> Any:
+        cfg: DecontaminateConfig = stage.config
+        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
+        filled = with_fallbacks(table, stage)
+        index: EvalIndex = ctx.shared["index"]["index"]
+        ignore = ctx.shared["count"]["ignore"]
+        ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
+        subsets = table.column("subset").to_pylist()
+        out_texts, reasons = list(texts), [None] * len(texts)
+        hits: dict[str, list] = {name: [] for name in HITS_SCHEMA.names}
+        found: dict[str, dict[str, dict[str, list[str]]]] = {}
+        removed_chars = 0
+        for i, matches in enumerate(_doc_matches(filled, index, ignore)):
+            if not matches:
+                continue
+            subset = subsets[i] if subsets[i] is not None else "(none)"
+            for start, end, h in matches:
+                for evalset, item, field in index.owners_of(h):
+                    for name, value in zip(HITS_SCHEMA.names, (ids[i], task.params["source"], subsets[i], evalset, item,
+                                                                field, start, end, texts[i][start:end])):
+                        hits[name].append(value)
+                    found.setdefault(evalset, {}).setdefault(task.params["source"], {}).setdefault(subset, []).append(item)
+            if cfg.policy == "drop":
+                reasons[i] = "contaminated"
+                continue
+            pieces, removed = excise(texts[i], [(s, e) for s, e, _ in matches], margin=cfg.margin,
+                                     min_piece=cfg.min_piece, max_pieces=cfg.max_pieces)
+            removed_chars += removed
+            if pieces is None:
+                reasons[i] = "contamination_fragmented"
+            elif not pieces:
+                reasons[i] = "contamination_left_too_little"
+            else:
+                out_texts[i] = "\n\n".join(pieces)
+        ctx.write(f"_work/hits/{task.key}.parquet", _parquet(pa.table(hits, schema=HITS_SCHEMA)))
+        out = table.set_column(table.schema.get_field_index("text"), "text", pa.array(out_texts, pa.string()))
+        stats: dict[str, Any] = {"found": {s: {src: {sub: sorted(set(items)) for sub, items in subs.items()}
+                                               for src, subs in per.items()} for s, per in found.items()},
+                                 "hits": len(hits["id"]), "excised_chars": removed_chars,
+                                 "documents_with_hits": sum(1 for r, t0, t1 in zip(reasons, texts, out_texts)
+                                                            if r is not None or t0 != t1)}
+        if task.params["first"]:  # global facts ride on the first shard's stats into the report
+            stats["index"] = ctx.shared["index"]["summary"]
+            stats["common_ngrams"] = ctx.shared["count"]["common"]
+        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, pa.array(reasons, pa.string()), stats)
+        entry["input"] = task.inputs[0]
+        return {"shards": [entry]}
+
+
+class JoinHits(Phase):
+    """One task: every shard's hits in one `hits.parquet` at the stage root, for auditors."""
+
+    name = "hits"
+
+    def plan(self, stage: "DecontaminateStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key="all", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards]})]
+
+    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> Any:
+        tables = [pq.read_table(storage.join(ctx.stage_dir, f"_work/hits/{name}.parquet"), filesystem=ctx.fs)
+                  for name in task.params["shards"]]
+        table = pa.concat_tables(tables) if tables else HITS_SCHEMA.empty_table()
+        ctx.write("hits.parquet", _parquet(table))
+        return {"hits": table.num_rows}
+
+
+class DecontaminateStage(Stage):
+    name = "decontaminate"
+    needs = frozenset({"id", "text", "source", "subset"})
+    uses = frozenset({"lang"})
+    drop_reasons = ("contaminated", "contamination_fragmented", "contamination_left_too_little")
+
+    config: DecontaminateConfig
+
+    def __init__(self, config: DecontaminateConfig, run):
+        super().__init__(config, run)
+        self.evalset_paths = [str(Path(e.path) if Path(e.path).is_absolute() else Path(run.base_dir) / e.path)
+                              for e in config.evalsets]
+
+    def identity(self) -> dict[str, Any]:
+        identity = super().identity()
+        # The sets' content, not where they lie.
+        for entry, path in zip(identity["config"]["evalsets"], self.evalset_paths):
+            entry["path"] = "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        identity["languages"] = {name: s.language for name, s in sorted(self.run.sources.items())}
+        return identity
+
+    def phases(self) -> list[Phase]:
+        return [BuildIndex(), CountNgrams(), Decontaminate(), JoinHits()]
+
+    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """Per evaluation set: items found (number and fraction), per source and subset; the index; common n-grams."""
+        index = stats.get("index", {})
+        totals = index.get("items", {})
+        evalsets = {}
+        summary = []
+        for name in sorted(totals):
+            per = stats.get("found", {}).get(name, {})
+            items = sorted({i for subs in per.values() for its in subs.values() for i in its})
+            by_source = {src: {sub: {"items": len(set(its))} for sub, its in sorted(subs.items())}
+                         for src, subs in sorted(per.items())}
+            fraction = len(items) / totals[name] if totals[name] else 0.0
+            evalsets[name] = {"items": totals[name], "found": len(items), "fraction": round(fraction, 5),
+                              "by_source": by_source, "found_items": items[:100]}
+            if items:
+                summary.append(f"{name}: {len(items):,} of {totals[name]:,} items found in the corpus ({100 * fraction:.2f}%)")
+        return {"evalsets": evalsets, "hits": stats.get("hits", 0), "documents_with_hits": stats.get("documents_with_hits", 0),
+                "excised_chars": stats.get("excised_chars", 0), "index": index,
+                "common_ngrams_ignored": stats.get("common_ngrams", []), "summary": summary}
