@@ -1,0 +1,81 @@
+"""Benchmark the decontaminate stage's matching on >= 200 MB against every evaluation set in ../shared/data:
+documents/s per core, index size and build time; prints JSON.
+
+One process, one core: the index is built once (as the stage's driver does), then every document goes through
+`find_matches` and, where it matches, `excise` (the stage's work per document, without Parquet and Ray).
+
+    python benchmarks/decontaminate.py [--target-mb 200] [--dir bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+EVALSETS = [("gsm8k", "evalsets/gsm8k_test.jsonl", "gsm8k", "en"), ("hellaswag", "evalsets/hellaswag_val_full.txt.gz", "hellaswag_text", "en"),
+            ("lambada", "evalsets/llmfoundry_lambada_openai.jsonl", "lambada", "en"), ("piqa", "evalsets/llmfoundry_piqa.jsonl", "piqa", "en"),
+            ("winogrande", "evalsets/llmfoundry_winogrande.jsonl", "winogrande", "en"),
+            ("arc_easy", "evalsets/llmfoundry_arc_easy.jsonl", "arc", "en"), ("arc_challenge", "evalsets/llmfoundry_arc_challenge.jsonl", "arc", "en"),
+            ("triviaqa", "evalsets/llmfoundry_triviaqa_sm_sub.jsonl", "triviaqa", "en"), ("humaneval", "evalsets/HumanEval.jsonl.gz", "humaneval", "en"),
+            ("cmrc", "chinese/cmrc2018_dev.json", "squad", "zh")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target-mb", type=float, default=200)
+    parser.add_argument("--dir", default="bench")
+    args = parser.parse_args()
+    if not SHARED.is_dir():
+        print(json.dumps({"skipped": f"no evaluation sets at {SHARED}"}))
+        return 0
+
+    from tokenmill.demo import write_format_files
+    from tokenmill.stages.decontaminate.evalsets import EvalSetConfig, load_evalset
+    from tokenmill.stages.decontaminate.excise import excise
+    from tokenmill.stages.decontaminate.ngrams import build_index, find_matches
+
+    folder = Path(args.dir) / f"decontaminate-jsonl-{int(args.target_mb)}mb"
+    if not (folder / ".complete").exists():
+        write_format_files(folder, "jsonl", int(args.target_mb * 1e6))
+        (folder / ".complete").touch()
+
+    def fields():
+        for name, rel, fmt, lang in EVALSETS:
+            for f in load_evalset(EvalSetConfig(name=name, path=rel, format=fmt, language=lang), str(SHARED / rel)):
+                yield name, f.item, f.field, f.text, lang
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    index = build_index(fields())
+    build = {"wall_seconds": round(time.perf_counter() - wall, 2), "cpu_seconds": round(time.process_time() - cpu, 2)}
+
+    texts = [json.loads(line)["text"] for p in sorted(folder.glob("*.jsonl")) for line in open(p, encoding="utf-8")]
+    # Plant one evaluation question in every 100th document, so the excision path is measured too.
+    questions = [json.loads(line)["question"] for line in open(SHARED / "evalsets" / "gsm8k_test.jsonl", encoding="utf-8")]
+    texts = [t + "\n\n" + questions[i % len(questions)] if i % 100 == 0 else t for i, t in enumerate(texts)]
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    matched = 0
+    cpu = time.process_time()
+    for text in texts:
+        spans = find_matches(text, "en", index)
+        if spans:
+            matched += 1
+            excise(text, [(s, e) for s, e, _ in spans])
+    seconds = time.process_time() - cpu
+    print(json.dumps({
+        "benchmark": "decontaminate",
+        "corpus": {"docs": len(texts), "text_mb": round(mb, 1)},
+        "evalsets": [name for name, *_ in EVALSETS],
+        "index": {"ngrams": int(len(index.hashes)), "mb": round(index.nbytes() / 1e6, 1), "build": build,
+                  "skipped_short_fields": index.skipped_short_fields},
+        "match": {"cpu_seconds": round(seconds, 2), "docs_per_s_per_core": round(len(texts) / seconds),
+                  "mb_per_s_per_core": round(mb / seconds, 2), "docs_with_matches": matched},
+    }, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
