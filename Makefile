@@ -19,6 +19,7 @@ demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(BIN)/tokenmill demo-data $(DEMO)
 	$(BIN)/tokenmill run $(DEMO)/demo.yaml
+	$(BIN)/tokenmill report contamination $(DEMO)/run
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
