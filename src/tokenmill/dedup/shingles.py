@@ -6,7 +6,11 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+
 import xxhash
+
+from tokenmill.dedup.polyhash import fmix64 as _fmix64
+from tokenmill.dedup.polyhash import powers as _powers
 
 CJK_LANGS = frozenset({"zh", "ja", "th"})  # languages written without spaces: shingle by characters
 
@@ -14,16 +18,10 @@ _WORD_RE = re.compile(r"[^\W_]+")
 _U64 = np.uint64
 # Polynomial base for the vectorised rolling hashes (odd, so it is invertible mod 2^64).
 _BASE = 0x9E3779B97F4A7C15
-_BASE_INV = pow(_BASE, -1, 1 << 64)
 _LEN_MIX = _U64(0xD6E8FEB86659FD93)
-_FMIX1 = _U64(0xFF51AFD7ED558CCD)
-_FMIX2 = _U64(0xC4CEB9FE1A85EC53)
-_S33 = _U64(33)
 _GROUP_CODEPOINTS = 1 << 20  # texts are shingled in groups of about this many code points (bounds memory)
 
 _alnum_table: np.ndarray | None = None
-_pow = np.ones(1, dtype=_U64)
-_ipow = np.ones(1, dtype=_U64)
 
 
 def words(text: str) -> list[str]:
@@ -158,19 +156,6 @@ def _poly_substrings(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) 
     return out
 
 
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """B^j and B^-j mod 2^64 for j < n (cached, grown by doubling)."""
-    global _pow, _ipow
-    if len(_pow) < n:
-        size = 1 << (n - 1).bit_length()
-        _pow = np.empty(size, dtype=_U64)
-        _ipow = np.empty(size, dtype=_U64)
-        _pow[0] = _ipow[0] = 1
-        _pow[1:] = _BASE
-        _ipow[1:] = _BASE_INV
-        np.multiply.accumulate(_pow, out=_pow)
-        np.multiply.accumulate(_ipow, out=_ipow)
-    return _pow[:n], _ipow[:n]
 
 
 def _alnum() -> np.ndarray:
@@ -181,13 +166,6 @@ def _alnum() -> np.ndarray:
     return _alnum_table
 
 
-def _fmix64(x: np.ndarray) -> None:
-    """murmur3 64-bit finaliser, in place."""
-    x ^= x >> _S33
-    x *= _FMIX1
-    x ^= x >> _S33
-    x *= _FMIX2
-    x ^= x >> _S33
 
 
 def _fmix64_int(x: int) -> int:

@@ -18,7 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 import xxhash
+
+from tokenmill.dedup.polyhash import fmix64 as _fmix64
+from tokenmill.dedup.polyhash import powers as _powers
 
 CHAR_LANGS = frozenset({"zh", "ja"})  # languages tokenised by characters
 
@@ -27,14 +31,8 @@ _CHAR_RE = re.compile(r"[^\W_]")
 _U64 = np.uint64
 _MASK = (1 << 64) - 1
 _BASE = 0x9E3779B97F4A7C15  # odd, hence invertible mod 2^64
-_BASE_INV = pow(_BASE, -1, 1 << 64)
 _LEN_MIX = 0xD6E8FEB86659FD93
-_FMIX1 = _U64(0xFF51AFD7ED558CCD)
-_FMIX2 = _U64(0xC4CEB9FE1A85EC53)
-_S33 = _U64(33)
 
-_pow = np.ones(1, dtype=_U64)
-_ipow = np.ones(1, dtype=_U64)
 
 
 def normalize_tokens(text: str) -> tuple[list[str], list[tuple[int, int]]]:
@@ -94,29 +92,8 @@ def _window_hashes(units: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """B^j and B^-j mod 2^64 for j < n (cached, grown by doubling)."""
-    global _pow, _ipow
-    if len(_pow) < n:
-        size = 1 << (n - 1).bit_length()
-        pw = np.empty(size, dtype=_U64)
-        ipw = np.empty(size, dtype=_U64)
-        pw[0] = ipw[0] = 1
-        pw[1:] = _BASE
-        ipw[1:] = _BASE_INV
-        np.multiply.accumulate(pw, out=pw)
-        np.multiply.accumulate(ipw, out=ipw)
-        _pow, _ipow = pw, ipw
-    return _pow[:n], _ipow[:n]
 
 
-def _fmix64(x: np.ndarray) -> None:
-    """murmur3 64-bit finaliser, in place."""
-    x ^= x >> _S33
-    x *= _FMIX1
-    x ^= x >> _S33
-    x *= _FMIX2
-    x ^= x >> _S33
 
 
 @dataclass
