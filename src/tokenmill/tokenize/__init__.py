@@ -1,0 +1,1 @@
+"""Tokenization into Megatron-compatible token files."""
