@@ -1,0 +1,85 @@
+"""Load, or train, a byte-level BPE tokenizer, and encode documents with special-token strings as ordinary text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tokenmill.errors import ConfigError
+
+EOS = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A tokenizer as the tokenize stage uses it."""
+
+    tokenizer: Tokenizer
+    """The tokenizer as given: decodes, and knows the end-of-text id."""
+    text_encoder: Tokenizer
+    """The same without added tokens: `<|endoftext|>` written in a forum post is encoded as the text it is, so no
+    fake document boundary appears and decoding gives the post back."""
+    eos_id: int
+    vocab_size: int
+    sha256: str
+    """Of the tokenizer's JSON: what the token files were made with."""
+
+    def encode_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each document followed by the end-of-text id (no BOS or other post-processing)."""
+        encodings = self.text_encoder.encode_batch(list(texts), add_special_tokens=False)
+        return [np.array([*e.ids, self.eos_id], dtype=np.int64) for e in encodings]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def count_special_strings(self, texts: Iterable[str]) -> int:
+        """Documents that contain the text of a special token (counted in the manifest)."""
+        specials = [t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special]
+        return sum(any(s in text for s in specials) for text in texts)
+
+
+def _loaded(tokenizer: Tokenizer, eos_token: str) -> LoadedTokenizer:
+    eos_id = tokenizer.token_to_id(eos_token)
+    if eos_id is None:
+        raise ConfigError(f"stages.tokenize.tokenizer: the tokenizer has no end-of-text token {eos_token!r}; "
+                          "set eos_token to the one it has")
+    spec = json.loads(tokenizer.to_str())
+    plain = dict(spec, added_tokens=[])
+    return LoadedTokenizer(tokenizer, Tokenizer.from_str(json.dumps(plain)), int(eos_id),
+                           tokenizer.get_vocab_size(with_added_tokens=True),
+                           hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest())
+
+
+def load_tokenizer(path: str, eos_token: str = EOS) -> LoadedTokenizer:
+    """From a `tokenizer.json` (HF tokenizers); anything else is a ConfigError naming the file."""
+    try:
+        tokenizer = Tokenizer.from_file(path)
+    except Exception as err:  # tokenizers raises a bare Exception for a file that is not a tokenizer
+        raise ConfigError(f"stages.tokenize.tokenizer: {path} is not a tokenizer.json: {err}") from None
+    return _loaded(tokenizer, eos_token)
+
+
+def load_gpt2_files(encoder_json: str, vocab_bpe: str, eos_token: str = EOS) -> LoadedTokenizer:
+    """From GPT-2's `encoder.json` and `vocab.bpe`: byte-level BPE, the end-of-text token added as special."""
+    tokenizer = Tokenizer(models.BPE.from_file(encoder_json, vocab_bpe))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    if tokenizer.token_to_id(eos_token) is not None:
+        tokenizer.add_special_tokens([eos_token])
+    return _loaded(tokenizer, eos_token)
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, eos_token: str = EOS) -> LoadedTokenizer:
+    """A byte-level BPE trained on `texts` (a deterministic sample chosen by the caller), with `eos_token` special."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[eos_token], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return _loaded(tokenizer, eos_token)
