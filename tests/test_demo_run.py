@@ -146,3 +146,25 @@ def test_decontaminate_finds_every_planted_passage(demo_run):
         assert not any(questions[fault["item"]] in t for t in kept.values())  # excised wherever it survived
     report = json.loads((config.output_dir / "decontaminate" / "manifest.json").read_text())["content"]["report"]
     assert report["evalsets"]["demo_qa"]["found"] == 3
+
+
+def test_tokenize_writes_token_files_that_decode_to_the_documents(demo_run):
+    from tokenmill.tokenize.indexed import IndexedReader
+    from tokenmill.tokenize.tokenizer import load_tokenizer
+
+    _, config, _ = demo_run
+    out = config.output_dir / "tokenize"
+    index = json.loads((out / "tokens.json").read_text())
+    tok = load_tokenizer(str(out / "tokenizer.json"))
+    assert index["tokenizer"]["vocab_size"] <= 4096 and index["dtype"] == "uint16"
+    texts = {r["id"]: r["text"] for p in (config.output_dir / "decontaminate" / "shards").glob("*.parquet")
+             for r in pq.read_table(p, columns=["id", "text"]).to_pylist()}
+    n = 0
+    for split in ("train", "valid"):
+        for f in index["splits"][split]["files"]:
+            reader = IndexedReader(str(out / f["prefix"]))
+            side = pq.read_table(str(out / f["prefix"]) + ".docs.parquet", columns=["id"]).to_pylist()
+            for row, seq in zip(side, reader):
+                assert seq[-1] == tok.eos_id and tok.decode(seq[:-1]) == texts[row["id"]]
+                n += 1
+    assert n == len(texts) and index["splits"]["valid"]["documents"] > 0

@@ -156,7 +156,7 @@ def test_demo_yaml_names_every_source_with_its_reader(corpus):
     root, _ = corpus
     cfg = _config(root)
     assert (root / "demo.yaml").read_text().startswith("# tokenmill demo run")
-    assert cfg["seed"] == 1234 and cfg["output"] == "run" and list(cfg["stages"]) == ["sample", "clean", "dedup", "decontaminate"]
+    assert cfg["seed"] == 1234 and cfg["output"] == "run" and list(cfg["stages"]) == ["sample", "clean", "dedup", "decontaminate", "tokenize"]
     assert {o["source"] for o in cfg["stages"]["clean"]["overrides"]} == {"reddit", "forum_en", "pile"}
     assert [s["name"] for s in cfg["sources"]] == SOURCE_NAMES == [s.name for s in SOURCES]
     by_name = {s["name"]: s for s in cfg["sources"]}

@@ -41,6 +41,9 @@ stages:
   dedup: {}
   decontaminate:
     evalsets: [{name: demo_qa, path: evalsets/demo_qa.jsonl, format: jsonl, fields: [question, answer]}]
+  tokenize:
+    tokenizer: {train: {vocab_size: 4096, sample_docs: 2000}}
+    valid_fraction: 0.01
 """
 )
 

@@ -17,6 +17,7 @@ from tokenmill.pipeline.config_base import StageConfig, StrictModel
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.dedup.config import DedupConfig
+from tokenmill.stages.tokenize.config import TokenizeConfig
 from tokenmill.stages.sample import SampleConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -115,6 +116,8 @@ class StagesConfig(StrictModel):
     """Exact, then MinHash-LSH near-duplicate removal above a Jaccard threshold (docs/dedup.md)."""
     decontaminate: Optional[DecontaminateConfig] = None
     """Evaluation-set n-grams excised from the corpus, every hit reported (docs/decontaminate.md)."""
+    tokenize: Optional[TokenizeConfig] = None
+    """Byte-level BPE into Megatron `.bin`/`.idx` token files, train and valid splits, and `tokens.json`."""
 
     def configured(self) -> list[tuple[str, StageConfig]]:
         """The configured stages, in pipeline order."""

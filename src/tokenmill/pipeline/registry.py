@@ -7,6 +7,7 @@ from tokenmill.pipeline.stage import RunContext, Stage
 from tokenmill.stages.clean.stage import CleanStage
 from tokenmill.stages.decontaminate.stage import DecontaminateStage
 from tokenmill.stages.dedup.stage import DedupStage
+from tokenmill.stages.tokenize.stage import TokenizeStage
 from tokenmill.stages.ingest import IngestStage, list_source_files
 from tokenmill.stages.sample import SampleStage
 
@@ -15,6 +16,7 @@ STAGE_CLASSES: dict[str, type[Stage]] = {
     "clean": CleanStage,
     "dedup": DedupStage,
     "decontaminate": DecontaminateStage,
+    "tokenize": TokenizeStage,
 }
 STAGE_ORDER = ["ingest", *STAGE_CLASSES]
 """Every stage name in pipeline order; a later stage reads the nearest earlier configured one."""

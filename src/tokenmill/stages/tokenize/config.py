@@ -1,0 +1,47 @@
+"""The tokenize stage's config."""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from pydantic import Field
+
+from tokenmill.pipeline.config_base import StageConfig, StrictModel
+
+
+class Gpt2Files(StrictModel):
+    """GPT-2-style tokenizer files."""
+
+    encoder: str
+    """`encoder.json` (token -> id), relative to the config file."""
+    merges: str
+    """`vocab.bpe` (merges), relative to the config file."""
+
+
+class TrainSpec(StrictModel):
+    """Train a byte-level BPE on a deterministic sample of the stage's input."""
+
+    vocab_size: int = Field(ge=260, le=2**31 - 1)
+    """Vocabulary size, the end-of-text token included."""
+    sample_docs: int = Field(default=20_000, ge=1)
+    """Documents in the training sample (chosen by a keyed hash of their ids, so any sharding gives the same)."""
+
+
+class TrainTokenizer(StrictModel):
+    train: TrainSpec
+    """Train a tokenizer (`tokenmill` saves it as `tokenizer.json` beside the tokens)."""
+
+
+class TokenizeConfig(StageConfig):
+    """Byte-level BPE into `.bin`/`.idx` pairs per input shard, train and valid splits, and `tokens.json`."""
+
+    tokenizer: Union[str, Gpt2Files, TrainTokenizer]
+    """A `tokenizer.json` path, `{encoder, merges}` GPT-2 files, or `{train: {vocab_size, sample_docs}}`."""
+    eos_token: str = "<|endoftext|>"
+    """The end-of-text token; its id is read from the tokenizer (a tokenizer without it is an error)."""
+    valid_fraction: float = Field(default=0.001, ge=0.0, lt=1.0)
+    """Share of documents, chosen by a keyed hash of their ids, written to the `valid` split."""
+    max_tokens_per_file: int = Field(default=2**28, ge=1)
+    """A shard's tokens are split into several `.bin`/`.idx` pairs past this many tokens."""
+    batch_docs: int = Field(default=1_000, ge=1)
+    """Documents per `encode_batch` call."""

@@ -1,0 +1,202 @@
+"""The tokenize stage in three phases: the tokenizer (loaded, or trained on a keyed sample), encoding per shard into
+token files, and the dataset index `tokens.json` that the loader reads."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.documents import canonical_json, read_shard
+from tokenmill.pipeline.map_phase import shard_name, split_and_write
+from tokenmill.pipeline.stage import Phase, Stage, Task
+from tokenmill.pipeline.tasks import PlanContext, TaskContext
+from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTokenizer
+from tokenmill.tokenize.indexed import IndexedReader, IndexedWriter, dtype_for_vocab
+from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
+
+SPLITS = ("train", "valid")
+
+
+def _key(seed: int, doc_id: str) -> int:
+    return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=(seed ^ 0x70C3) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+class PrepareTokenizer(Phase):
+    """One task: the tokenizer as `tokenizer.json` beside the tokens (trained on a keyed sample when asked)."""
+
+    name = "tokenizer"
+
+    def plan(self, stage: "TokenizeStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key="tokenizer", params={"shards": [s["path"] for s in ctx.input_shards]})]
+
+    def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
+        spec, eos = stage.config.tokenizer, stage.config.eos_token
+        if isinstance(spec, TrainTokenizer):
+            # The sample_docs documents with the smallest keyed hash of their id: the same whatever the sharding.
+            heap: list[tuple[int, str, str]] = []
+            for path in task.params["shards"]:
+                table = read_shard(storage.join(ctx.input_dir, path), ctx.fs)
+                for doc_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
+                    item = (-_key(stage.run.seed, doc_id), doc_id, text)
+                    if len(heap) < spec.train.sample_docs:
+                        heapq.heappush(heap, item)
+                    elif item > heap[0]:
+                        heapq.heapreplace(heap, item)
+            sample = [text for _, _, text in sorted(heap, key=lambda x: (-x[0], x[1]))]
+            tok = train_bpe(sample, spec.train.vocab_size, eos)
+        elif isinstance(spec, Gpt2Files):
+            tok = load_gpt2_files(stage.resolve(spec.encoder), stage.resolve(spec.merges), eos)
+        else:
+            tok = load_tokenizer(stage.resolve(spec), eos)
+        data = tok.tokenizer.to_str().encode("utf-8")
+        ctx.write("tokenizer.json", data)
+        return {"sha256": hashlib.sha256(data).hexdigest(), "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
+
+    def reduce(self, stage: "TokenizeStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        from tokenizers import Tokenizer
+
+        data = storage.read_bytes(ctx.fs, storage.join(ctx.stage_dir, "tokenizer.json")).decode("utf-8")
+        return _loaded(Tokenizer.from_str(data), stage.config.eos_token)
+
+
+class Encode(Phase):
+    """Per shard: every document's ids and its end-of-text id, into train and valid `.bin`/`.idx` pairs."""
+
+    name = "map"
+
+    def plan(self, stage: "TokenizeStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"]})
+                for s in ctx.input_shards]
+
+    def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
+        cfg: TokenizeConfig = stage.config
+        tok: LoadedTokenizer = ctx.shared["tokenizer"]
+        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
+        ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
+        sources, subsets = table.column("source").to_pylist(), table.column("subset").to_pylist()
+        threshold = int(cfg.valid_fraction * 2**64)
+        split_of = ["valid" if _key(stage.run.seed, i) < threshold else "train" for i in ids]
+        dtype = dtype_for_vocab(tok.vocab_size)
+        files: dict[str, list[dict]] = {s: [] for s in SPLITS}
+        writers: dict[str, tuple[IndexedWriter, dict[str, list]]] = {}
+        tokens = {s: 0 for s in SPLITS}
+        docs = {s: 0 for s in SPLITS}
+
+        def flush(split: str) -> None:
+            writer, side = writers.pop(split)
+            stem = f"{split}/{task.key}.{len(files[split]):04d}"
+            bin_bytes, idx_bytes = writer.finalize()
+            ctx.write(f"{stem}.bin", bin_bytes)
+            ctx.write(f"{stem}.idx", idx_bytes)
+            ctx.write(f"{stem}.docs.parquet", _parquet(pa.table(side, schema=pa.schema(
+                [("id", pa.string()), ("source", pa.string()), ("subset", pa.string()), ("tokens", pa.int64())]))))
+            files[split].append({"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens})
+
+        for start in range(0, len(texts), cfg.batch_docs):
+            encoded = tok.encode_documents(texts[start:start + cfg.batch_docs])
+            for j, doc_tokens in enumerate(encoded):
+                i = start + j
+                split = split_of[i]
+                if split not in writers:
+                    writers[split] = (IndexedWriter(dtype), {"id": [], "source": [], "subset": [], "tokens": []})
+                writer, side = writers[split]
+                writer.add_document(doc_tokens.astype(dtype))
+                for name, value in (("id", ids[i]), ("source", sources[i]), ("subset", subsets[i]),
+                                    ("tokens", len(doc_tokens))):
+                    side[name].append(value)
+                tokens[split] += len(doc_tokens)
+                docs[split] += 1
+                if writer.num_tokens >= cfg.max_tokens_per_file:
+                    flush(split)
+        for split in list(writers):
+            flush(split)
+        stats = {"tokens": tokens, "documents": docs, "special_token_text_docs": tok.count_special_strings(texts)}
+        entry = split_and_write(stage, ctx, task.key, task.params["source"], table,
+                                pa.nulls(table.num_rows, pa.string()), stats)
+        entry["input"] = task.inputs[0]
+        entry["token_files"] = files
+        return {"shards": [entry]}
+
+
+class WriteIndex(Phase):
+    """One task: `tokens.json`, the dataset index the loader reads (files sorted by path: the loader's stream order)."""
+
+    name = "index"
+
+    def plan(self, stage: "TokenizeStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key="tokens")]
+
+    def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
+        tok: LoadedTokenizer = ctx.shared["tokenizer"]
+        splits: dict[str, list[dict]] = {}
+        for split in SPLITS:
+            entries = []
+            for idx in storage.list_files(ctx.fs, storage.join(ctx.stage_dir, split), ".idx"):
+                prefix = idx[: -len(".idx")]
+                reader = IndexedReader(prefix)
+                side = pq.read_table(prefix + ".docs.parquet").to_pylist()
+                rel = prefix[len(ctx.stage_dir) + 1:]
+                per_source: dict[str, dict[str, int]] = {}
+                for row in side:
+                    s = per_source.setdefault(row["source"], {"documents": 0, "tokens": 0})
+                    s["documents"] += 1
+                    s["tokens"] += row["tokens"]
+                entries.append({
+                    "prefix": rel, "documents": len(reader), "tokens": int(reader.num_tokens), "by_source": per_source,
+                    "engine": "tokenizers",
+                    "sha256": {ext: hashlib.sha256(storage.read_bytes(ctx.fs, prefix + ext)).hexdigest()
+                               for ext in (".bin", ".idx", ".docs.parquet")},
+                })
+            splits[split] = sorted(entries, key=lambda e: e["prefix"])
+        index = {
+            "format": "megatron-mmidx", "version": 1,
+            "tokenizer": {"file": "tokenizer.json", "sha256": tok.sha256, "vocab_size": tok.vocab_size,
+                          "eos_id": tok.eos_id, "eos_token": stage.config.eos_token},
+            "dtype": str(dtype_for_vocab(tok.vocab_size)),
+            "splits": {s: {"documents": sum(e["documents"] for e in files), "tokens": sum(e["tokens"] for e in files),
+                           "files": files} for s, files in splits.items()},
+        }
+        ctx.write("tokens.json", (canonical_json(index) + "\n").encode("utf-8"))
+        return {"tokens": {s: v["tokens"] for s, v in index["splits"].items()}}
+
+
+class TokenizeStage(Stage):
+    name = "tokenize"
+    needs = frozenset({"id", "text", "source", "subset"})
+
+    config: TokenizeConfig
+
+    def resolve(self, path: str) -> str:
+        return str(Path(path) if Path(path).is_absolute() else Path(self.run.base_dir) / path)
+
+    def identity(self) -> dict[str, Any]:
+        identity = super().identity()
+        spec = self.config.tokenizer
+        files = [spec] if isinstance(spec, str) else [spec.encoder, spec.merges] if isinstance(spec, Gpt2Files) else []
+        # The tokenizer files' content, not where they lie.
+        identity["tokenizer_files"] = [hashlib.sha256(Path(self.resolve(f)).read_bytes()).hexdigest() for f in files]
+        return identity
+
+    def phases(self) -> list[Phase]:
+        return [PrepareTokenizer(), Encode(), WriteIndex()]
+
+    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        tokens = stats.get("tokens", {})
+        return {"tokens": tokens, "documents": stats.get("documents", {}),
+                "special_token_text_docs": stats.get("special_token_text_docs", 0),
+                "summary": [f"{tokens.get('train', 0):,} train and {tokens.get('valid', 0):,} valid tokens"]}
