@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(BIN)/tokenmill demo-data $(DEMO)
 	$(BIN)/tokenmill run $(DEMO)/demo.yaml
 	$(BIN)/tokenmill report contamination $(DEMO)/run
+	$(BIN)/tokenmill tokens stats $(DEMO)/run
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -163,6 +163,50 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tokens_stats(args: argparse.Namespace) -> int:
+    """`tokenmill tokens stats RUN`: tokens per source and split, document length percentiles, a few decoded documents."""
+    import json
+    import random
+    from pathlib import Path
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tokenmill.tokenize.indexed import IndexedReader
+    from tokenmill.tokenize.tokenizer import load_tokenizer
+
+    folder = Path(args.run) / "tokenize"
+    if not (folder / "tokens.json").is_file():
+        raise TokenmillError(f"{folder / 'tokens.json'} does not exist: run the tokenize stage first")
+    index = json.loads((folder / "tokens.json").read_text(encoding="utf-8"))
+    out = Console(width=max(Console().width, 100))
+    table = Table(title=f"tokens in {args.run}", title_justify="left")
+    for col in ("split", "source", "documents", "tokens", "p10", "p50", "p90", "p99"):
+        table.add_column(col, justify="left" if col in ("split", "source") else "right")
+    samples = []
+    for split, entry in index["splits"].items():
+        lengths: dict[str, list[int]] = {}
+        for f in entry["files"]:
+            side = pq.read_table(str(folder / f["prefix"]) + ".docs.parquet", columns=["source", "tokens"]).to_pylist()
+            for row in side:
+                lengths.setdefault(row["source"], []).append(row["tokens"])
+            samples.append(f["prefix"])
+        for source, values in sorted(lengths.items()):
+            p = np.percentile(values, [10, 50, 90, 99]).astype(int)
+            table.add_row(split, source, f"{len(values):,}", f"{sum(values):,}", *(f"{x:,}" for x in p))
+    out.print(table)
+    out.print(f"tokenizer: vocab {index['tokenizer']['vocab_size']:,}, end-of-text id {index['tokenizer']['eos_id']}, "
+              f"dtype {index['dtype']}")
+    tok = load_tokenizer(str(folder / "tokenizer.json"), index["tokenizer"]["eos_token"])
+    rng = random.Random(args.seed)
+    for prefix in rng.sample(samples, min(args.decode, len(samples))):
+        reader = IndexedReader(str(folder / prefix))
+        if len(reader):
+            seq = reader[rng.randrange(len(reader))]
+            out.print(f"[bold]{prefix}[/] ({len(seq)} tokens): [dim]{tok.decode(seq[:80])!r}...[/]")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -183,6 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("kind", choices=["contamination"])
     report.add_argument("run", help="the run folder (the config's `output`)")
     report.set_defaults(func=cmd_report)
+
+    tokens = sub.add_parser("tokens", help="inspect the tokenize stage's output")
+    tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)
+    stats = tokens_sub.add_parser("stats", help="tokens per source, length percentiles, a few decoded documents")
+    stats.add_argument("run", help="the run folder (the config's `output`)")
+    stats.add_argument("--decode", type=int, default=3, help="how many random documents to decode")
+    stats.add_argument("--seed", type=int, default=0)
+    stats.set_defaults(func=cmd_tokens_stats)
 
     demo = sub.add_parser("demo-data", help="write the generated demo corpus and DIR/demo.yaml")
     demo.add_argument("dir")

@@ -84,3 +84,18 @@ def test_split_stable_under_resharding_and_workers(ray_cluster, corpus, tmp_path
     split_a = {i: s for i, (s, _, _) in sequences(tmp_path / "w1")[2].items()}
     split_b = {i: s for i, (s, _, _) in sequences(tmp_path / "r")[2].items()}
     assert split_a == split_b
+
+
+def test_tokens_stats_command(ray_cluster, corpus, tmp_path):
+    import subprocess
+    import sys
+
+    config, _ = corpus
+    run_into(config, tmp_path / "s")
+    result = subprocess.run([sys.executable, "-m", "tokenmill", "tokens", "stats", str(tmp_path / "s"), "--decode", "2"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "train" in result.stdout and "end-of-text id 50256" in result.stdout and "tokens):" in result.stdout
+    missing = subprocess.run([sys.executable, "-m", "tokenmill", "tokens", "stats", str(tmp_path / "nothing")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "run the tokenize stage first" in missing.stderr
