@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Literal, Union
 
 from pydantic import Field
 
@@ -45,3 +45,6 @@ class TokenizeConfig(StageConfig):
     """A shard's tokens are split into several `.bin`/`.idx` pairs past this many tokens."""
     batch_docs: int = Field(default=1_000, ge=1)
     """Documents per `encode_batch` call."""
+    engine: Literal["auto", "tokenizers"] = "auto"
+    """`auto`: tiktoken where it implements the tokenizer exactly and a shard's sample gives identical ids; else
+    `tokenizers` (the engine per shard is recorded in `tokens.json`)."""

@@ -20,6 +20,7 @@ from tokenmill.pipeline.map_phase import shard_name, split_and_write
 from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
 from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTokenizer
+from tokenmill.tokenize.fast_engine import encode_checked, tiktoken_encoding
 from tokenmill.tokenize.indexed import IndexedReader, IndexedWriter, dtype_for_vocab
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
 
@@ -106,9 +107,13 @@ class Encode(Phase):
             ctx.write(f"{stem}.docs.parquet", _parquet(pa.table(side, schema=pa.schema(
                 [("id", pa.string()), ("source", pa.string()), ("subset", pa.string()), ("tokens", pa.int64())]))))
             files[split].append({"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens})
+            ctx.write(f"{stem}.engine", ("+".join(sorted(engines)) or "tokenizers").encode())
 
+        encoding = tiktoken_encoding(tok) if cfg.engine == "auto" else None
+        engines = set()
         for start in range(0, len(texts), cfg.batch_docs):
-            encoded = tok.encode_documents(texts[start:start + cfg.batch_docs])
+            encoded, engine = encode_checked(tok, encoding, texts[start:start + cfg.batch_docs])
+            engines.add(engine)
             for j, doc_tokens in enumerate(encoded):
                 i = start + j
                 split = split_of[i]
@@ -130,6 +135,7 @@ class Encode(Phase):
                                 pa.nulls(table.num_rows, pa.string()), stats)
         entry["input"] = task.inputs[0]
         entry["token_files"] = files
+        entry["engine"] = "+".join(sorted(engines)) or "tokenizers"
         return {"shards": [entry]}
 
 
@@ -158,7 +164,7 @@ class WriteIndex(Phase):
                     s["tokens"] += row["tokens"]
                 entries.append({
                     "prefix": rel, "documents": len(reader), "tokens": int(reader.num_tokens), "by_source": per_source,
-                    "engine": "tokenizers",
+                    "engine": storage.read_bytes(ctx.fs, prefix + ".engine").decode(),
                     "sha256": {ext: hashlib.sha256(storage.read_bytes(ctx.fs, prefix + ext)).hexdigest()
                                for ext in (".bin", ".idx", ".docs.parquet")},
                 })

@@ -1,0 +1,91 @@
+"""Benchmark the tokenize stage on >= 200 MB with 2 workers against a bare `Tokenizer.encode_batch` loop over the
+same texts on the same cores, with the fast engine (tiktoken, where it applies) and without; prints JSON.
+
+The GPT-2 tokenizer from ../shared/data (tiktoken implements it exactly). Both stage runs must write byte-identical
+token files: the fast engine's ids are checked against tokenizers' in the same run.
+
+    python benchmarks/tokenize.py [--target-mb 200] [--dir bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def digest_tokens(out: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted((out / "tokenize").rglob("*.bin")):
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target-mb", type=float, default=200)
+    parser.add_argument("--dir", default="bench")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    tokenizer_json = SHARED / "tokenizer" / "gpt2_tokenizer.json"
+    if not tokenizer_json.is_file():
+        print(json.dumps({"skipped": f"no GPT-2 tokenizer at {tokenizer_json}"}))
+        return 0
+
+    import yaml
+    from tokenizers import Tokenizer
+
+    from tokenmill.demo import write_format_files
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.ray_cluster import start_local
+    from tokenmill.pipeline.runner import run_pipeline
+
+    root = Path(args.dir) / f"tokenize-{int(args.target_mb)}mb"
+    if not (root / "data" / ".complete").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        write_format_files(root / "data", "jsonl", int(args.target_mb * 1e6))
+        (root / "data" / ".complete").touch()
+    start_local(num_cpus=args.workers)
+    runs = {}
+    for engine in ("auto", "tokenizers"):
+        config = {"output": f"out-{engine}", "seed": 1, "ingest": {"docs_per_shard": 10_000},
+                  "sources": [{"name": "web", "format": "jsonl", "paths": ["data/*.jsonl"], "id_field": "id"}],
+                  "stages": {"tokenize": {"tokenizer": str(tokenizer_json), "engine": engine, "valid_fraction": 0.001}}}
+        (root / f"{engine}.yaml").write_text(yaml.safe_dump(config))
+        shutil.rmtree(root / f"out-{engine}", ignore_errors=True)
+        reports = run_pipeline(load_config(root / f"{engine}.yaml"), workers=args.workers)
+        tok = next(r for r in reports if r.stage == "tokenize")
+        mb = tok.totals["bytes_in"] / 1e6
+        index = json.loads((root / f"out-{engine}" / "tokenize" / "tokens.json").read_text())
+        engines = sorted({f["engine"] for s in index["splits"].values() for f in s["files"]})
+        runs[engine] = {"stage_seconds": tok.seconds, "text_mb": round(mb, 1), "mb_per_s": round(mb / tok.seconds, 2),
+                        "engines_used": engines, "tokens_sha256": digest_tokens(root / f"out-{engine}")}
+
+    texts = [json.loads(line)["text"] for p in sorted((root / "data").glob("*.jsonl")) for line in open(p, encoding="utf-8")]
+    bare = Tokenizer.from_file(str(tokenizer_json))
+    t = time.perf_counter()
+    for i in range(0, len(texts), 1000):
+        bare.encode_batch(texts[i:i + 1000], add_special_tokens=False)
+    bare_seconds = time.perf_counter() - t
+    mb = sum(len(x.encode("utf-8")) for x in texts) / 1e6
+    result = {
+        "benchmark": "tokenize", "cpus": os.cpu_count(), "workers": args.workers, "docs": len(texts), "text_mb": round(mb, 1),
+        "bare_encode_batch": {"seconds": round(bare_seconds, 2), "mb_per_s": round(mb / bare_seconds, 2)},
+        "stage": runs,
+        "identical_token_files": runs["auto"]["tokens_sha256"] == runs["tokenizers"]["tokens_sha256"],
+        "ratios": {"fast_engine_stage_vs_bare": round(runs["auto"]["mb_per_s"] / (mb / bare_seconds), 2),
+                   "tokenizers_stage_vs_bare": round(runs["tokenizers"]["mb_per_s"] / (mb / bare_seconds), 2)},
+    }
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
