@@ -9,14 +9,18 @@ token files: the fast engine's ids are checked against tokenizers' in the same r
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import os
-import shutil
 import sys
-import time
-from pathlib import Path
+
+# This file's name is the standard library's `tokenize`: take its folder off the path before anything imports it.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -163,6 +163,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tokenizer_train(args: argparse.Namespace) -> int:
+    """`tokenmill tokenizer train CONFIG`: only the tokenizer, from the tokenize stage's input, saved as a file."""
+    from pathlib import Path
+
+    from tokenmill.manifests.manifest import read_manifest
+    from tokenmill.pipeline import storage
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.documents import read_shard
+    from tokenmill.pipeline.registry import build_stages
+
+    config = load_config(args.config)
+    stages = build_stages(config)
+    names = [s.name for s in stages]
+    if "tokenize" not in names:
+        raise TokenmillError("tokenizer train: the config has no stages.tokenize")
+    stage = stages[names.index("tokenize")]
+    previous = names[names.index("tokenize") - 1]
+    fs, root = storage.filesystem_for(str(config.output_dir))
+    manifest = read_manifest(fs, storage.join(root, previous))
+    if manifest is None:
+        raise TokenmillError(f"tokenizer train reads the output of {previous!r}, which has not completed: run it first")
+    tables = (read_shard(storage.join(root, previous, s["path"]), fs) for s in manifest["content"]["shards"])
+    tok = stage.make_tokenizer(tables)
+    out = Path(args.out) if args.out else config.output_dir / "tokenizer.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(tok.tokenizer.to_str(), encoding="utf-8")  # the bytes the stage writes
+    console.print(f"tokenizer: vocab {tok.vocab_size:,}, end-of-text id {tok.eos_id}, sha256 {tok.sha256[:12]}; saved to {out}")
+    return 0
+
+
 def cmd_tokens_stats(args: argparse.Namespace) -> int:
     """`tokenmill tokens stats RUN`: tokens per source and split, document length percentiles, a few decoded documents."""
     import json
@@ -227,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("kind", choices=["contamination"])
     report.add_argument("run", help="the run folder (the config's `output`)")
     report.set_defaults(func=cmd_report)
+
+    tokenizer = sub.add_parser("tokenizer", help="the tokenize stage's tokenizer on its own")
+    tokenizer_sub = tokenizer.add_subparsers(dest="tokenizer_command", required=True)
+    train = tokenizer_sub.add_parser("train", help="load or train the configured tokenizer from the stage's input only")
+    train.add_argument("config")
+    train.add_argument("--out", help="where to save tokenizer.json (default: <output>/tokenizer.json)")
+    train.set_defaults(func=cmd_tokenizer_train)
 
     tokens = sub.add_parser("tokens", help="inspect the tokenize stage's output")
     tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)

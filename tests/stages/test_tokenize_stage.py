@@ -99,3 +99,42 @@ def test_tokens_stats_command(ray_cluster, corpus, tmp_path):
     missing = subprocess.run([sys.executable, "-m", "tokenmill", "tokens", "stats", str(tmp_path / "nothing")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "run the tokenize stage first" in missing.stderr
+
+
+def test_resume_after_losing_commits_of_every_phase(ray_cluster, corpus, tmp_path):
+    config, _ = corpus
+    run_into(config, tmp_path / "a")
+    out = tmp_path / "b"
+    run_into(config, out)
+    (out / "tokenize" / "manifest.json").unlink()
+    (out / "tokenize" / "tokens.json").unlink()
+    for phase in ("tokenizer", "map", "index"):
+        for record in sorted((out / "tokenize" / "_work" / "commits" / phase).glob("*.json"))[::2]:
+            record.unlink()
+    resumed = run_into(config, out)
+    assert resumed[-1].status == "resumed"
+    assert tree(out) == tree(tmp_path / "a")
+    assert (out / "tokenize" / "tokens.json").read_bytes() == (tmp_path / "a" / "tokenize" / "tokens.json").read_bytes()
+    engines = {f["engine"] for s in json.loads((out / "tokenize" / "tokens.json").read_text())["splits"].values()
+               for f in s["files"]}
+    assert engines == {"tiktoken"}  # GPT-2 files: the fast engine applies, and its ids were checked
+
+
+def test_tokenizer_train_command_matches_the_stage(ray_cluster, tmp_path):
+    import subprocess
+    import sys
+
+    texts = [f"document {i} tells of rivers, {i * 3} mountains and a village by the sea." for i in range(120)]
+    write_jsonl(tmp_path / "d.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)])
+    config = {"output": "out", "sources": [{"name": "d", "format": "jsonl", "paths": ["d.jsonl"], "id_field": "id"}],
+              "ingest": {"docs_per_shard": 50},
+              "stages": {"tokenize": {"tokenizer": {"train": {"vocab_size": 300, "sample_docs": 60}}}}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    before = subprocess.run([sys.executable, "-m", "tokenmill", "tokenizer", "train", str(tmp_path / "run.yaml")],
+                            capture_output=True, text=True, timeout=120)
+    assert before.returncode == 2 and "run it first" in before.stderr
+    run_into(tmp_path / "run.yaml", tmp_path / "out")
+    result = subprocess.run([sys.executable, "-m", "tokenmill", "tokenizer", "train", str(tmp_path / "run.yaml"),
+                             "--out", str(tmp_path / "t.json")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "t.json").read_bytes() == (tmp_path / "out" / "tokenize" / "tokenizer.json").read_bytes()

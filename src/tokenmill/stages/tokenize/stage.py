@@ -31,6 +31,19 @@ def _key(seed: int, doc_id: str) -> int:
     return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=(seed ^ 0x70C3) & 0xFFFFFFFFFFFFFFFF)
 
 
+def training_sample(tables, seed: int, n: int) -> list[str]:
+    """The n documents with the smallest keyed hash of their id: the same sample whatever the sharding."""
+    heap: list[tuple[int, str, str]] = []
+    for table in tables:
+        for doc_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
+            item = (-_key(seed, doc_id), doc_id, text)
+            if len(heap) < n:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+    return [text for _, _, text in sorted(heap, key=lambda x: (-x[0], x[1]))]
+
+
 def _parquet(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
@@ -47,23 +60,8 @@ class PrepareTokenizer(Phase):
 
     def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
         spec, eos = stage.config.tokenizer, stage.config.eos_token
-        if isinstance(spec, TrainTokenizer):
-            # The sample_docs documents with the smallest keyed hash of their id: the same whatever the sharding.
-            heap: list[tuple[int, str, str]] = []
-            for path in task.params["shards"]:
-                table = read_shard(storage.join(ctx.input_dir, path), ctx.fs)
-                for doc_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
-                    item = (-_key(stage.run.seed, doc_id), doc_id, text)
-                    if len(heap) < spec.train.sample_docs:
-                        heapq.heappush(heap, item)
-                    elif item > heap[0]:
-                        heapq.heapreplace(heap, item)
-            sample = [text for _, _, text in sorted(heap, key=lambda x: (-x[0], x[1]))]
-            tok = train_bpe(sample, spec.train.vocab_size, eos)
-        elif isinstance(spec, Gpt2Files):
-            tok = load_gpt2_files(stage.resolve(spec.encoder), stage.resolve(spec.merges), eos)
-        else:
-            tok = load_tokenizer(stage.resolve(spec), eos)
+        tables = (read_shard(storage.join(ctx.input_dir, path), ctx.fs) for path in task.params["shards"])
+        tok = stage.make_tokenizer(tables)
         data = tok.tokenizer.to_str().encode("utf-8")
         ctx.write("tokenizer.json", data)
         return {"sha256": hashlib.sha256(data).hexdigest(), "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
@@ -157,11 +155,14 @@ class WriteIndex(Phase):
                 reader = IndexedReader(prefix)
                 side = pq.read_table(prefix + ".docs.parquet").to_pylist()
                 rel = prefix[len(ctx.stage_dir) + 1:]
-                per_source: dict[str, dict[str, int]] = {}
+                per_source: dict[str, dict[str, Any]] = {}
                 for row in side:
-                    s = per_source.setdefault(row["source"], {"documents": 0, "tokens": 0})
-                    s["documents"] += 1
-                    s["tokens"] += row["tokens"]
+                    s = per_source.setdefault(row["source"], {"documents": 0, "tokens": 0, "subsets": {}})
+                    sub = s["subsets"].setdefault(row["subset"] if row["subset"] is not None else "(none)",
+                                                  {"documents": 0, "tokens": 0})
+                    for tally in (s, sub):
+                        tally["documents"] += 1
+                        tally["tokens"] += row["tokens"]
                 entries.append({
                     "prefix": rel, "documents": len(reader), "tokens": int(reader.num_tokens), "by_source": per_source,
                     "engine": storage.read_bytes(ctx.fs, prefix + ".engine").decode(),
@@ -186,6 +187,15 @@ class TokenizeStage(Stage):
     needs = frozenset({"id", "text", "source", "subset"})
 
     config: TokenizeConfig
+
+    def make_tokenizer(self, tables) -> LoadedTokenizer:
+        """The configured tokenizer; a trained one sees only `tables` (the input shards, read lazily)."""
+        spec, eos = self.config.tokenizer, self.config.eos_token
+        if isinstance(spec, TrainTokenizer):
+            return train_bpe(training_sample(tables, self.run.seed, spec.train.sample_docs), spec.train.vocab_size, eos)
+        if isinstance(spec, Gpt2Files):
+            return load_gpt2_files(self.resolve(spec.encoder), self.resolve(spec.merges), eos)
+        return load_tokenizer(self.resolve(spec), eos)
 
     def resolve(self, path: str) -> str:
         return str(Path(path) if Path(path).is_absolute() else Path(self.run.base_dir) / path)
