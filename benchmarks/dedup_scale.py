@@ -37,7 +37,6 @@ def generate(folder: Path, n_docs: int, seed: int = 0, files: int = 16) -> dict:
     n_bases = n_docs - sum(sizes)
     bases = rng.integers(0, VOCAB, size=(n_bases, WORDS), dtype=np.int32)
     planted = {}
-    docs = list(range(n_bases))
     copy_rows = []
     chosen = rng.choice(n_bases, size=len(sizes), replace=False)
     for base, size in zip(chosen.tolist(), sizes):

@@ -16,7 +16,7 @@ from tests.conftest import make_corpus
 from tokenmill.errors import StageFailed, TokenmillError
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.config_base import StageConfig
-from tokenmill.pipeline.map_phase import MapShards, split_and_write
+from tokenmill.pipeline.map_phase import MapShards
 from tokenmill.pipeline.registry import build_stages, run_context
 from tokenmill.pipeline.runner import run_pipeline
 from tokenmill.pipeline.stage import Phase, Processed, Stage, Task

@@ -102,3 +102,11 @@ def test_source_options_are_checked_before_any_work(tmp_path, change, words):
     with pytest.raises(ConfigError) as err:
         parse_config({"output": "o", "sources": [source]}, tmp_path)
     assert words in str(err.value)
+
+
+def test_csv_row_with_the_wrong_number_of_fields_is_a_bad_row(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text("id,text\n1,fine\n2,too,many,fields\n3,also fine\n")
+    records = read(path, "csv")
+    assert [r.drop for r in records] == [None, "bad_row", None]
+    assert "s:f:3" in records[1].message and "4 fields, expected 2" in records[1].message

@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from tokenmill.pipeline.config_base import StageConfig
@@ -50,12 +51,11 @@ class SampleStage(Stage):
         }
 
     def process(self, table: pa.Table, shared: Mapping[str, Any]) -> Processed:
-        ids = table.column("id").to_pylist()
-        sources = table.column("source").to_pylist()
-        keep = np.ones(len(ids), dtype=bool)
-        for source in set(sources):
-            rows = np.array([s == source for s in sources])
-            picked = [i for i, r in zip(ids, rows) if r]
+        ids, sources = table.column("id"), table.column("source")
+        keep = np.ones(table.num_rows, dtype=bool)
+        for source in sources.unique().to_pylist():
+            rows = pc.equal(sources, source).to_numpy(zero_copy_only=False)
+            picked = ids.filter(pa.array(rows)).to_pylist()
             keep[rows] = keep_mask(self.run.seed, source, picked, self.run.sources[source].fraction)
-        reasons = pa.array(np.where(keep, None, "sampled_out").tolist(), pa.string())
+        reasons = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), pa.scalar("sampled_out"))
         return Processed(table, reasons)

@@ -73,3 +73,4 @@ def test_max_pieces_drops_document():
 def test_invalid_arguments():
     with pytest.raises(ValueError):
         excise("abc", [(0, 1)], margin=-1)
+

@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 

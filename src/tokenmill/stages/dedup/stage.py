@@ -162,11 +162,12 @@ class Clusters(Phase):
         shards = task.params["shards"]
         decisions: dict[int, tuple[str, int, float]] = {}
         cluster_of: dict[int, int] = {}
+        members: dict[int, tuple[str, int, str]] = {}
         if edges is not None and edges.num_rows:
             a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
             jac, exact = edges.column("jaccard").to_numpy(), edges.column("exact").to_numpy(zero_copy_only=False)
-            nodes = np.unique(np.r_[a, b])
-            order = self._order(stage, ctx, shards, nodes)
+            members = self._members(ctx, shards, np.unique(np.r_[a, b]))
+            order = self._order(stage.config.keep, members)
             pairs = np.stack([a, b], axis=1)
             for node, (by, j) in greedy_keep(pairs[exact], jac[exact], order).items():
                 decisions[node] = ("exact_duplicate", by, j)
@@ -175,7 +176,8 @@ class Clusters(Phase):
                 decisions[node] = ("near_duplicate", by, j)
             comp_nodes, comp = components(pairs)
             cluster_of = dict(zip(comp_nodes.tolist(), comp.tolist()))
-        ids, sources = self._ids(ctx, shards, cluster_of)
+        ids = {doc: m[0] for doc, m in members.items()}
+        sources = {doc: m[2] for doc, m in members.items()}
         by_shard: dict[int, list[int]] = {}
         for node in cluster_of:
             by_shard.setdefault(node >> 32, []).append(node)
@@ -215,32 +217,26 @@ class Clusters(Phase):
             "near_duplicates": sum(d[0] == "near_duplicate" for d in decisions.values()),
         }
 
-    def _order(self, stage: "DedupStage", ctx: TaskContext, shards: list[str], nodes: np.ndarray) -> dict[int, tuple]:
-        """Sort keys of the documents in edges (only those), from the signatures phase's document files."""
-        order = {}
+    @staticmethod
+    def _members(ctx: TaskContext, shards: list[str], nodes: np.ndarray) -> dict[int, tuple[str, int, str]]:
+        """(id, length, source) of the documents in edges, only those, read once from the signatures phase's files."""
+        members = {}
         for index in np.unique(nodes >> np.uint64(32)).tolist():
             table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
-                                  columns=["doc", "id", "length"])
+                                  columns=["doc", "id", "length", "source"])
             table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(nodes, pa.uint64())))
-            for doc, doc_id, length in zip(*(table.column(c).to_pylist() for c in ("doc", "id", "length"))):
-                key = []
-                for rule in stage.config.keep:
-                    key.append(-length if rule == "longest" else length if rule == "shortest" else doc_id)
-                order[doc] = (*key, doc_id, doc)
-        return order
+            members.update(zip(table.column("doc").to_pylist(),
+                               zip(*(table.column(c).to_pylist() for c in ("id", "length", "source")))))
+        return members
 
-    def _ids(self, ctx: TaskContext, shards: list[str], cluster_of: dict[int, int]) -> tuple[dict, dict]:
-        """Ids and sources of the documents in clusters (only those)."""
-        nodes = np.array(sorted(cluster_of), dtype=np.uint64)
-        ids, sources = {}, {}
-        for index in np.unique(nodes >> np.uint64(32)).tolist() if len(nodes) else []:
-            table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
-                                  columns=["doc", "id", "source"])
-            table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(nodes, pa.uint64())))
-            docs = table.column("doc").to_pylist()
-            ids.update(zip(docs, table.column("id").to_pylist()))
-            sources.update(zip(docs, table.column("source").to_pylist()))
-        return ids, sources
+    @staticmethod
+    def _order(keep: list[str], members: Mapping[int, tuple[str, int, str]]) -> dict[int, tuple]:
+        """Sort key per document from the `keep` rules (smaller first), ties broken by id, then reference."""
+        order = {}
+        for doc, (doc_id, length, _) in members.items():
+            key = [-length if rule == "longest" else length if rule == "shortest" else doc_id for rule in keep]
+            order[doc] = (*key, doc_id, doc)
+        return order
 
 
 class FilterShards(Phase):

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
@@ -59,7 +57,6 @@ class PrepareTokenizer(Phase):
         return [Task(key="tokenizer", params={"shards": [s["path"] for s in ctx.input_shards]})]
 
     def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
-        spec, eos = stage.config.tokenizer, stage.config.eos_token
         tables = (read_shard(storage.join(ctx.input_dir, path), ctx.fs) for path in task.params["shards"])
         tok = stage.make_tokenizer(tables)
         data = tok.tokenizer.to_str().encode("utf-8")
