@@ -167,3 +167,29 @@ def test_tokenize_writes_token_files_that_decode_to_the_documents(demo_run):
                 assert seq[-1] == tok.eos_id and tok.decode(seq[:-1]) == texts[row["id"]]
                 n += 1
     assert n == len(texts) and index["splits"]["valid"]["documents"] > 0
+
+
+def test_loader_serves_the_demo_tokens_and_explains_them(demo_run):
+    from tokenmill.loader import TokenLoader
+    from tokenmill.loader.explain import explain_batch
+    from tokenmill.tokenize.tokenizer import load_tokenizer
+
+    _, config, _ = demo_run
+    out = config.output_dir / "tokenize"
+    texts = {r["id"]: r["text"] for p in (config.output_dir / "decontaminate" / "shards").glob("*.parquet")
+             for r in pq.read_table(p, columns=["id", "text"]).to_pylist()}
+    tok = load_tokenizer(str(out / "tokenizer.json"))
+    loader = TokenLoader([out / "tokens.json"], seq_len=64, global_batch_size=8, position_ids=True)
+    index = json.loads((out / "tokens.json").read_text())
+    assert set(loader.describe()) == {s for f in index["splits"]["train"]["files"] for s in f["by_source"]}
+    batch = next(iter(loader))
+    rows = explain_batch(loader, 0)
+    assert {r["sample_in_batch"] for r in rows} == set(range(8))
+    for r in rows:
+        # The tokens explain attributes to a document are that document's: they decode to a piece of its text.
+        doc = texts[r["id"]]
+        stream = next(s for s in loader.streams if s.name == r["stream"])
+        piece = tok.decode(stream.read(r["stream_tokens"][0], min(r["tokens_in_sample"], 12)).tolist())
+        assert piece.replace("<|endoftext|>", "") in doc
+    assert batch["input_ids"].shape == (8, 64) and int(batch["input_ids"].max()) < index["tokenizer"]["vocab_size"]
+

@@ -237,6 +237,39 @@ def cmd_tokens_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_loader_explain(args: argparse.Namespace) -> int:
+    """`tokenmill loader explain STATE --step N`: the documents that fed one global batch."""
+    import json
+
+    from tokenmill.loader import DataError, ResumeError
+    from tokenmill.loader.explain import explain, state_from
+
+    try:
+        state = state_from(args.state)
+        batch, rows = explain(state, step=args.step, batch=args.batch, paths=args.paths)
+    except (OSError, ValueError, DataError, ResumeError) as err:
+        raise TokenmillError(str(err)) from None
+    if args.json:
+        print(json.dumps({"batch": batch, "rows": rows}, ensure_ascii=False, indent=1))
+        return 0
+    out = Console(width=max(Console().width, 140))
+    how = f"step {args.step} = global batch {batch}" if args.step is not None else f"global batch {batch}"
+    table = Table(title=f"{how}: {state['global_batch_size']} samples of {state['seq_len']} tokens",
+                  title_justify="left")
+    for col in ("sample", "rank", "source", "id", "tokens of doc", "in sample", "preview"):
+        table.add_column(col, justify="right" if col in ("sample", "rank", "in sample") else "left",
+                         overflow="fold" if col == "preview" else "ellipsis")
+    for r in rows:
+        table.add_row(str(r["sample_in_batch"]), str(r["rank"]), r["source"], str(r["id"]),
+                      f"{r['tokens'][0]}-{r['tokens'][1]} of {r['document_tokens']}", str(r["tokens_in_sample"]),
+                      r["preview"])
+    out.print(table)
+    docs = {(r["stream"], r["id"]) for r in rows}
+    out.print(f"{len(docs)} documents from {len({r['source'] for r in rows})} sources; skipped batches in the state: "
+              f"{state.get('skip') or 'none'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -272,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--decode", type=int, default=3, help="how many random documents to decode")
     stats.add_argument("--seed", type=int, default=0)
     stats.set_defaults(func=cmd_tokens_stats)
+
+    loader = sub.add_parser("loader", help="the token loader's state, for attribution")
+    loader_sub = loader.add_subparsers(dest="loader_command", required=True)
+    explain = loader_sub.add_parser("explain", help="which documents fed a global batch (from a loader state)")
+    explain.add_argument("state", help="a loader state JSON, a checkpoint's meta.json, or a checkpoint folder")
+    which = explain.add_mutually_exclusive_group(required=True)
+    which.add_argument("--step", type=int, help="the N-th batch served (0-based; skipped batches not counted)")
+    which.add_argument("--batch", type=int, help="the global batch index (position in the global order)")
+    explain.add_argument("--paths", nargs="+", help="tokens.json files, if they moved since the state was saved")
+    explain.add_argument("--json", action="store_true", help="print JSON only")
+    explain.set_defaults(func=cmd_loader_explain)
 
     demo = sub.add_parser("demo-data", help="write the generated demo corpus and DIR/demo.yaml")
     demo.add_argument("dir")

@@ -246,6 +246,11 @@ class IndexedReader:
         self._bin = np.memmap(p, dtype=self.dtype, mode="r") if size else np.empty(0, dtype=self.dtype)
 
     @property
+    def tokens(self) -> np.ndarray:
+        """Every token of the file, back to back: the read-only memory map of ``.bin``."""
+        return self._bin
+
+    @property
     def num_documents(self) -> int:
         return len(self.document_indices) - 1
 

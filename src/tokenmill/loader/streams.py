@@ -1,0 +1,197 @@
+"""Token streams: the token files of one source in a `tokens.json`, read as one concatenated stream of tokens.
+
+A stream is what the tokenize stage wrote for one source of one split: its ``.bin`` files in ``tokens.json`` order,
+each document's ids followed by its end-of-text id. Sample ``i`` of a stream is tokens ``[i L, i L + L + 1)``
+(``L = seq_len``): inputs and labels shifted by one, the last token shared with the next sample, as GPT-3, OPT and
+Megatron-LM cut their data. Files are opened lazily (startup reads only ``tokens.json``) and kept in a small cache,
+so thousands of files never exhaust file descriptors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tokenmill.tokenize.indexed import IndexedReader
+
+OPEN_FILES = 128
+
+
+class DataError(ValueError):
+    """The token data on disk is missing, malformed, or disagrees with its `tokens.json`."""
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    prefix: Path
+    tokens: int
+    documents: int
+    sha256: str
+
+
+@dataclass
+class TokenStream:
+    """One source's token files of one split, read as a single stream."""
+
+    name: str
+    dataset: int
+    source: str
+    files: list[TokenFile]
+    dtype: np.dtype
+    _starts: np.ndarray = field(init=False, repr=False)
+    _open: OrderedDict = field(init=False, repr=False, default_factory=OrderedDict)
+    _doc_ends: dict = field(init=False, repr=False, default_factory=dict)
+    _views: dict = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self):
+        sizes = np.array([f.tokens for f in self.files], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def __getstate__(self):
+        # Memory maps are reopened in each DataLoader worker, never pickled (that would copy the data).
+        state = dict(self.__dict__)
+        state["_open"] = OrderedDict()
+        state["_doc_ends"] = {}
+        state["_views"] = {}
+        return state
+
+    @property
+    def tokens(self) -> int:
+        return int(self._starts[-1])
+
+    def samples(self, seq_len: int) -> int:
+        return max(0, (self.tokens - 1) // seq_len)
+
+    @property
+    def fingerprint(self) -> str:
+        text = json.dumps([[f.prefix.name, f.tokens, f.sha256] for f in self.files])
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def reader(self, i: int) -> IndexedReader:
+        reader = self._open.get(i)
+        if reader is None:
+            f = self.files[i]
+            try:
+                reader = IndexedReader(f.prefix)
+            except ValueError as exc:
+                raise DataError(f"stream {self.name}: {exc}") from None
+            if reader.num_tokens != f.tokens:
+                raise DataError(f"{f.prefix}.idx holds {reader.num_tokens} tokens but tokens.json says {f.tokens}: "
+                                "the files changed after tokenize; rerun the tokenize stage")
+            if reader.dtype.newbyteorder("=") != self.dtype.newbyteorder("="):
+                raise DataError(f"{f.prefix}.idx has dtype {reader.dtype}, tokens.json says {self.dtype}")
+            # A plain ndarray view of the map: slicing np.memmap itself costs a subclass finalizer per slice.
+            self._open[i] = reader
+            self._views[i] = reader.tokens.view(np.ndarray)
+            if len(self._open) > OPEN_FILES:
+                evicted, _ = self._open.popitem(last=False)
+                self._views.pop(evicted, None)
+        else:
+            self._open.move_to_end(i)
+        return reader
+
+    def file_tokens(self, i: int) -> np.ndarray:
+        """Every token of file ``i`` (a read-only view of its memory map)."""
+        view = self._views.get(i)
+        if view is None:
+            self.reader(i)
+            view = self._views[i]
+        return view
+
+    def read(self, start: int, count: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Tokens ``[start, start + count)`` of the stream as int64 (crossing file ends as needed)."""
+        if start < 0 or start + count > self.tokens:
+            raise IndexError(f"tokens [{start}, {start + count}) outside stream {self.name} of {self.tokens}")
+        out = np.empty(count, dtype=np.int64) if out is None else out
+        i = int(np.searchsorted(self._starts, start, side="right")) - 1
+        done = 0
+        while done < count:
+            offset = start + done - int(self._starts[i])
+            take = min(count - done, self.files[i].tokens - offset)
+            if take > 0:
+                out[done:done + take] = self.file_tokens(i)[offset:offset + take]
+                done += take
+            i += 1
+        return out
+
+    def document_ends(self, i: int) -> np.ndarray:
+        """Cumulative token ends of file ``i``'s documents, in stream coordinates."""
+        ends = self._doc_ends.get(i)
+        if ends is None:
+            ends = int(self._starts[i]) + np.cumsum(self.reader(i).sequence_lengths, dtype=np.int64)
+            self._doc_ends = {i: ends} if len(self._doc_ends) > OPEN_FILES else self._doc_ends
+            self._doc_ends[i] = ends
+        return ends
+
+    def documents(self, start: int, stop: int) -> list[tuple[int, int, int, int]]:
+        """Documents overlapping stream tokens ``[start, stop)``: (file, document in file, doc start, doc end)."""
+        found = []
+        i = int(np.searchsorted(self._starts, start, side="right")) - 1
+        while i < len(self.files) and int(self._starts[i]) < stop:
+            ends = self.document_ends(i)
+            d = int(np.searchsorted(ends, start, side="right"))
+            while d < len(ends):
+                doc_start = int(ends[d - 1]) if d else int(self._starts[i])
+                if doc_start >= stop:
+                    break
+                found.append((i, d, doc_start, int(ends[d])))
+                d += 1
+            i += 1
+        return found
+
+    def boundaries(self, start: int, stop: int) -> np.ndarray:
+        """Stream positions in ``(start, stop)`` where a document starts."""
+        out = []
+        i = int(np.searchsorted(self._starts, start, side="right")) - 1
+        while i < len(self.files) and int(self._starts[i]) < stop:
+            ends = self.document_ends(i)
+            lo, hi = np.searchsorted(ends, [start, stop - 1], side="right")
+            out.append(ends[lo:hi])
+            i += 1
+        return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+def load_streams(paths: list[str | Path], split: str) -> tuple[list[TokenStream], dict]:
+    """The streams of ``split`` in each `tokens.json`, in order: by dataset, then source name. Also the index info."""
+    if not paths:
+        raise ValueError("paths: give at least one tokens.json")
+    streams: list[TokenStream] = []
+    info: dict = {}
+    for d, raw in enumerate(paths):
+        path = Path(raw)
+        if path.is_dir():
+            path = path / "tokens.json"
+        try:
+            index = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"{path}: no such tokens.json (the tokenize stage writes <run>/tokenize/tokens.json)") \
+                from None
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{path}: not a readable tokens.json: {exc}") from None
+        if not isinstance(index, dict) or index.get("format") != "megatron-mmidx" or "splits" not in index:
+            raise DataError(f"{path}: not a tokenmill tokens.json (format megatron-mmidx expected)")
+        tok = index.get("tokenizer", {})
+        this = {"vocab_size": tok.get("vocab_size"), "eos_id": tok.get("eos_id"), "dtype": index.get("dtype")}
+        if info and {k: info[k] for k in this} != this:
+            raise DataError(f"{path}: tokenizer {this} differs from {paths[0]}'s {dict((k, info[k]) for k in this)}; "
+                            "datasets mixed in one loader must share a tokenizer")
+        info = {**this, "tokenizer_sha256": tok.get("sha256"), "tokenizer_file": str(path.parent / tok.get("file",
+                "tokenizer.json"))}
+        splits = index["splits"]
+        if split not in splits:
+            raise DataError(f"{path}: no split {split!r} (has {sorted(splits)})")
+        by_source: dict[str, list[TokenFile]] = {}
+        for entry in splits[split]["files"]:
+            sources = sorted(entry.get("by_source", {})) or ["(unknown)"]
+            f = TokenFile(path.parent / entry["prefix"], int(entry["tokens"]), int(entry["documents"]),
+                          entry.get("sha256", {}).get(".bin", ""))
+            by_source.setdefault("+".join(sources), []).append(f)
+        for source in sorted(by_source):
+            name = source if len(paths) == 1 else f"{d}/{source}"
+            streams.append(TokenStream(name, d, source, by_source[source], np.dtype(index["dtype"])))
+    return streams, info

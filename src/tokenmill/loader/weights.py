@@ -1,0 +1,54 @@
+"""Mixture weights from what the user gave: None (in proportion to samples), per stream or source, or per dataset."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from tokenmill.loader.streams import DataError, TokenStream
+
+log = logging.getLogger(__name__)
+
+
+def resolve_weights(streams: list[TokenStream], seq_len: int, weights, n_datasets: int) -> dict[str, float]:
+    samples = {s.name: s.samples(seq_len) for s in streams}
+    if weights is None:
+        out = {name: float(n) for name, n in samples.items()}
+        for name, n in samples.items():
+            if n == 0:
+                log.warning("stream %s has fewer than seq_len + 1 = %d tokens and is left out", name, seq_len + 1)
+    elif isinstance(weights, dict):
+        names = {s.name for s in streams}
+        sources = {s.source for s in streams}
+        unknown = sorted(k for k in weights if k not in names and k not in sources)
+        if unknown:
+            raise ValueError(f"weights: unknown stream(s) {unknown}; the streams are {sorted(names)}")
+        out = {}
+        for s in streams:
+            if s.name in weights:
+                out[s.name] = float(weights[s.name])
+            elif s.source in weights:
+                # A source name shared by several datasets: its weight is split by their samples.
+                share = sum(samples[t.name] for t in streams if t.source == s.source)
+                out[s.name] = float(weights[s.source]) * (samples[s.name] / share if share else 0.0)
+            else:
+                raise ValueError(f"weights: no weight for stream {s.name!r} (give it 0 to leave it out)")
+    elif isinstance(weights, Sequence) and not isinstance(weights, str):
+        if len(weights) != n_datasets:
+            raise ValueError(f"weights: {len(weights)} weights for {n_datasets} datasets")
+        out = {}
+        for d, w in enumerate(weights):
+            mine = [s for s in streams if s.dataset == d]
+            total = sum(samples[s.name] for s in mine)
+            for s in mine:
+                out[s.name] = float(w) * (samples[s.name] / total if total else 0.0)
+    else:
+        raise ValueError(f"weights: expected None, a dict or a list, got {type(weights).__name__}")
+    for name, w in out.items():
+        if w != w or w < 0:
+            raise ValueError(f"weights: {name} has weight {w}; weights must be non-negative")
+        if w > 0 and samples[name] == 0:
+            raise DataError(f"stream {name} has weight {w} but fewer than seq_len + 1 = {seq_len + 1} tokens")
+    if not any(w > 0 for w in out.values()):
+        raise DataError(f"no stream has both a positive weight and at least seq_len + 1 = {seq_len + 1} tokens")
+    return out

@@ -1,0 +1,63 @@
+import json
+
+import numpy as np
+import pytest
+
+from tokenmill.cli import main
+from tokenmill.loader import TokenLoader
+from tokenmill.loader.explain import explain, explain_batch, state_from
+from tests.loader.tokens import EOS, labelled_docs, write_dataset
+
+SEQ = 24
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    root = tmp_path_factory.mktemp("explain")
+    return write_dataset(root, {"alpha": labelled_docs(60, rng, base=1),
+                                "beta": labelled_docs(50, rng, base=1001, min_len=30, max_len=90)})
+
+
+def _doc_of_token(t: int) -> str:
+    return f"alpha-{t - 1}" if t < 1001 else f"beta-{t - 1001}"
+
+
+@pytest.mark.parametrize("k", [0, 3, 17, 250])
+def test_explain_names_exactly_the_documents_in_the_batch(data, k):
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=6, micro_batch_size=3, world_size=2, rank=0)
+    tokens = loader.global_batch(k).numpy()  # inputs and the last label of every sample
+    # Every token names its document (EOS ends the one before), so the batch's documents are known exactly.
+    expected = {_doc_of_token(int(t)) for t in np.unique(tokens) if t != EOS}
+    rows = explain_batch(loader, k)
+    assert {r["id"] for r in rows} >= expected
+    # A document only reaches a sample through its EOS when the sample starts on it: nothing else is extra.
+    extra = {r["id"] for r in rows} - expected
+    assert all(r["tokens_in_sample"] == 1 for r in rows if r["id"] in extra)
+    assert sum(r["tokens_in_sample"] for r in rows) == 6 * (SEQ + 1)
+    for r in rows:
+        assert r["source"] == r["id"].split("-")[0]
+        assert r["rank"] == r["sample_in_batch"] // 3 and r["micro_batch"] == 0
+
+
+def test_explain_by_step_follows_skips_and_reads_saved_state(data, tmp_path):
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=4)
+    loader.skip([(1, 2)])
+    it = iter(loader)
+    served = [next(it) for _ in range(2)]
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps({"extra": {"loader": loader.state_dict()}}))  # as a checkpoint's meta.json
+    k, rows = explain(state_from(state_file), step=1)
+    assert k == 3  # batches 1 and 2 are skipped: step 1 trained on batch 3
+    tokens = served[1]["input_ids"].numpy()
+    assert {_doc_of_token(int(t)) for t in np.unique(tokens) if t != EOS} <= {r["id"] for r in rows}
+
+
+def test_cli_explain(data, tmp_path, capsys):
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=4)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(loader.state_dict()))
+    assert main(["loader", "explain", str(state_file), "--batch", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["batch"] == 2 and {r["id"] for r in out["rows"]} == {r["id"] for r in explain_batch(loader, 2)}
+    assert main(["loader", "explain", str(tmp_path), "--step", "0"]) == 2  # no state there: a clear error

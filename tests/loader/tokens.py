@@ -1,0 +1,75 @@
+"""Small token datasets in the tokenize stage's layout (tokens.json, .bin/.idx, .docs.parquet) for loader tests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from tokenmill.tokenize.indexed import IndexedWriter
+
+EOS = 0
+
+
+def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_source: int = 2,
+                  split: str = "train", vocab_size: int = 65000) -> Path:
+    """Documents (token lists, without EOS) per source, spread over files; returns the tokens.json path.
+
+    Every document gets the EOS id appended, as the tokenize stage writes them; a sidecar names each document
+    ``<source>-<n>``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / split).mkdir(exist_ok=True)
+    entries = []
+    for source, docs in sources.items():
+        chunks = np.array_split(np.arange(len(docs)), files_per_source)
+        for part, chunk in enumerate(chunks):
+            if not len(chunk):
+                continue
+            prefix = f"{split}/{source}.{part:04d}"
+            w = IndexedWriter(np.uint16 if vocab_size <= 65536 else np.int32)
+            ids, lengths = [], []
+            for i in chunk:
+                doc = list(docs[i]) + [EOS]
+                w.add_document(np.array(doc))
+                ids.append(f"{source}-{i}")
+                lengths.append(len(doc))
+            bin_path, idx_path = w.write(root / prefix)
+            pq.write_table(pa.table({"id": ids, "source": [source] * len(ids), "subset": [None] * len(ids),
+                                     "tokens": lengths}, schema=pa.schema([("id", pa.string()), ("source", pa.string()),
+                                                                           ("subset", pa.string()),
+                                                                           ("tokens", pa.int64())])),
+                           str(root / prefix) + ".docs.parquet")
+            entries.append({"prefix": prefix, "documents": len(ids), "tokens": sum(lengths),
+                            "by_source": {source: {"documents": len(ids), "tokens": sum(lengths)}},
+                            "sha256": {".bin": hashlib.sha256(bin_path.read_bytes()).hexdigest()}})
+    entries.sort(key=lambda e: e["prefix"])
+    index = {"format": "megatron-mmidx", "version": 1,
+             "tokenizer": {"file": "tokenizer.json", "sha256": "test", "vocab_size": vocab_size, "eos_id": EOS},
+             "dtype": "uint16" if vocab_size <= 65536 else "int32",
+             "splits": {split: {"documents": sum(e["documents"] for e in entries),
+                                "tokens": sum(e["tokens"] for e in entries), "files": entries}}}
+    path = root / "tokens.json"
+    path.write_text(json.dumps(index), encoding="utf-8")
+    return path
+
+
+def labelled_docs(n_docs: int, rng: np.random.Generator, base: int = 1, min_len: int = 3,
+                  max_len: int = 60) -> list[list[int]]:
+    """Document i is made only of the token ``base + i``: every token names its document."""
+    return [[base + i] * int(rng.integers(min_len, max_len)) for i in range(n_docs)]
+
+
+def stream_tokens(tokens_json: Path, source: str) -> np.ndarray:
+    """The naive reference: a source's files read whole and concatenated in tokens.json order."""
+    from tokenmill.tokenize.indexed import IndexedReader
+
+    index = json.loads(tokens_json.read_text())
+    parts = [np.asarray(IndexedReader(tokens_json.parent / e["prefix"]).tokens, dtype=np.int64)
+             for e in index["splits"]["train"]["files"] if source in e["by_source"]]
+    return np.concatenate(parts)
