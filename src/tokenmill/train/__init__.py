@@ -1,0 +1,1 @@
+"""Training: the OPT-style decoder model, and the loop that trains it on tokenmill token files."""

@@ -1,0 +1,646 @@
+"""Checkpoints that a crash, a full disk or a bad file cannot turn into a lost run.
+
+OPT-175B's logbook lost days twice to checkpoints: one was half written when the job died, another
+could not be read back on restart. This module writes every checkpoint so that it either exists
+whole and verified, or is ignored:
+
+Layout under ``root``::
+
+    root/step-000000123/          one checkpoint
+        __0_0.distcp ...          DCP shards (one file per rank by default)
+        .metadata                 DCP's index of the shards
+        meta.json                 step, healthy flag, created time, world size, the trainer's ``extra``
+        COMMITTED                 JSON: byte size and sha256 of every file above except meta.json;
+                                  written last, so a directory without it is an unfinished save
+    root/.tmp-step-000000123-<uuid>/   a save in progress; ignored, removed by the next save
+
+Save: every rank writes its shards with ``torch.distributed.checkpoint`` (DCP) into the ``.tmp-``
+directory; after a barrier rank 0 writes ``meta.json``, hashes the files, renames the directory into
+place (``os.replace``), writes ``COMMITTED`` (temp name, fsync, ``os.replace``), fsyncs the root,
+and only then prunes to the newest ``keep`` committed checkpoints, never deleting the newest one
+marked healthy (a rollback needs it). A final barrier keeps any rank from running ahead of the commit.
+
+Load: candidates newest first; each is verified (marker parses, ``meta.json`` parses and names the
+same step, every file in the marker is there with its size and sha256, ``.metadata`` is there and every
+shard file it names is in the marker) and then loaded; a checkpoint that fails either is logged
+with a warning naming it and the reason, and the next older one is tried. In a process group rank 0
+verifies and broadcasts its verdict, so all ranks fall back together.
+
+Model and optimizer go through ``get_state_dict``/``set_state_dict``
+(:class:`ModelOptimizerState`), which yields DTensor shards under FSDP2 (``fully_shard``), so a
+checkpoint saved on N ranks loads on M ranks, or in one process without a process group.
+
+Unpickling. ``meta.json`` and ``COMMITTED`` are JSON. DCP itself (torch 2.13) unpickles in two
+places: ``FileSystemReader.read_metadata`` runs a plain ``pickle.load`` on ``.metadata``, and
+``DefaultLoadPlanner.load_bytes`` runs ``torch.load(weights_only=False)`` on every non-tensor value
+(optimizer ``param_groups`` entries, scheduler fields); only tensors are read with
+``weights_only=True``. This module replaces both: ``.metadata`` is read by an unpickler that admits
+only DCP's metadata classes, ``torch.Size``, dtypes and paths, and non-tensor values are read with
+``torch.load(weights_only=True)`` (primitives, lists, tuples, dicts and tensors only). And both run
+only after the file's sha256 matched the marker. Keep values in ``app_state`` to such types.
+
+No process group: DCP's ``save``/``load`` run in single-process mode (``no_dist``) when
+``torch.distributed`` is not initialised; this module passes ``no_dist`` explicitly and silences the
+warning DCP emits about it. With a process group, every rank must call :meth:`save`,
+:meth:`load`, :meth:`mark` and :meth:`discard_after` (they contain collectives); only rank 0 touches
+files outside DCP. The default process group is used; ``root`` must be a file system all ranks share.
+
+FSDP2 on CPU: ``fully_shard`` works on CPU with a gloo process group and a CPU device mesh
+(``init_device_mesh("cpu", (world_size,))``); gradient averaging is correct from torch 2.9 only
+(2.7/2.8 summed, pytorch#162338). Call ``dist.barrier()`` before ``destroy_process_group()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import pathlib
+import pickle
+import re
+import shutil
+import time
+import uuid
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint._nested_dict import set_element  # what DefaultLoadPlanner uses
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.checkpoint.stateful import Stateful
+
+from tokenmill.errors import TokenmillError
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MARKER = "COMMITTED"
+META = "meta.json"
+DCP_METADATA = ".metadata"
+_STEP_DIR = re.compile(r"^step-(\d{9,})$")
+_HASH_CHUNK = 1 << 20
+
+
+class CheckpointError(TokenmillError):
+    """A checkpoint cannot be written, or checkpoints exist and none of them loads."""
+
+
+# --------------------------------------------------------------------------------------------
+# What goes into a checkpoint
+
+
+class ModelOptimizerState(Stateful):
+    """Model (and optimizer) state for DCP, through ``get_state_dict``/``set_state_dict``.
+
+    Under FSDP2 the values are DTensor shards, so DCP saves each rank's shard and reshards on load.
+    ``optimizer`` may be None (evaluation, or a model-only checkpoint).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        options: StateDictOptions | None = None,
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.options = options
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.optimizer is None:
+            return {"model": get_model_state_dict(self.model, options=self.options)}
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.options)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.optimizer is None:
+            set_model_state_dict(self.model, state_dict["model"], options=self.options)
+            return
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optim"],
+            options=self.options,
+        )
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's torch RNG states as JSON-able lists of byte values (CPU, and CUDA if present).
+
+    For ``extra``, which only rank 0 writes: use it for state that is the same on every rank. State
+    that differs per rank is better re-derived from (seed, step, rank) with explicit generators.
+    """
+    state: dict[str, Any] = {"torch_cpu": torch.get_rng_state().tolist()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch_cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    torch.set_rng_state(torch.tensor(state["torch_cpu"], dtype=torch.uint8))
+    if "torch_cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["torch_cuda"]])
+
+
+# --------------------------------------------------------------------------------------------
+# DCP without arbitrary unpickling
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's ``.metadata`` and refuses any global outside what that file holds."""
+
+    _MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+    _PATHS = {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in self._MODULES:
+            obj = super().find_class(module, name)
+            if isinstance(obj, type):
+                return obj
+        elif module == "torch" and name == "Size":
+            return torch.Size
+        elif module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        elif module == "torch.serialization" and name == "_get_layout":
+            return super().find_class(module, name)
+        elif module == "pathlib" and name in self._PATHS:
+            return getattr(pathlib, name)
+        elif module == "collections" and name == "OrderedDict":
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{DCP_METADATA} refers to {module}.{name}, which a DCP index never holds")
+
+
+class _SafeReader(FileSystemReader):
+    """``FileSystemReader`` whose ``.metadata`` goes through :class:`_MetadataUnpickler`."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any):
+        rank = kwargs.get("rank")
+        with self.fs.create_stream(self._get_metadata_path(rank), "rb") as f:
+            metadata = _MetadataUnpickler(f).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _SafeLoadPlanner(DefaultLoadPlanner):
+    """``DefaultLoadPlanner`` that reads non-tensor values with ``torch.load(weights_only=True)``."""
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        obj = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
+
+
+# --------------------------------------------------------------------------------------------
+# The manager
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One committed checkpoint as found on disk (not yet verified)."""
+
+    step: int
+    path: Path
+    healthy: bool
+    meta: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """What :meth:`CheckpointManager.load` restored: the step, the trainer's ``extra``, and where from."""
+
+    step: int
+    extra: dict[str, Any]
+    healthy: bool
+    path: Path
+
+
+def _dist_on() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _rank() -> int:
+    return dist.get_rank() if _dist_on() else 0
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if _dist_on() else 1
+
+
+def _barrier() -> None:
+    if _dist_on():
+        dist.barrier()
+
+
+def _from_rank0(obj: Any) -> Any:
+    """``obj`` as rank 0 has it (a no-op without a process group)."""
+    if not _dist_on():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp name in the same directory, fsync, ``os.replace``."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _describe(e: BaseException) -> str:
+    """One line for an error; DCP's ``CheckpointException`` carries a traceback per failed rank."""
+    if isinstance(e, CheckpointException) and getattr(e, "failures", None):
+        parts = []
+        for rank, failure in sorted(e.failures.items()):
+            exc = failure[0] if isinstance(failure, tuple) else failure
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            parts.append(f"rank {rank}: {type(exc).__name__}: {first}")
+        return "; ".join(parts)
+    return f"{type(e).__name__}: {e}"
+
+
+@contextlib.contextmanager
+def _quiet_no_dist():
+    """DCP warns on every single-process save/load; that mode is intended here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+class CheckpointManager:
+    """Writes, verifies, prunes and loads checkpoints under ``root`` (see the module docstring).
+
+    Args:
+        root: directory holding ``step-*`` checkpoints; created on first save.
+        keep: how many committed checkpoints to keep (the newest healthy one is kept in addition
+            when it is older than those).
+        hash_files: record and verify a sha256 per file. Costs one read of the checkpoint on rank 0
+            at save and at load; with it off, only presence and byte sizes are checked.
+    """
+
+    def __init__(self, root: Path | str, keep: int = 3, *, hash_files: bool = True):
+        if keep < 1:
+            raise ValueError(f"keep={keep}: keep at least 1 checkpoint")
+        self.root = Path(root)
+        self.keep = keep
+        self.hash_files = hash_files
+
+    # ---- paths and listing
+
+    def path_for(self, step: int) -> Path:
+        return self.root / f"step-{step:09d}"
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Committed checkpoints (marker present, ``meta.json`` readable), oldest first.
+
+        A directory with a marker but an unreadable ``meta.json`` is left out here with a warning;
+        full verification happens at load.
+        """
+        if not self.root.is_dir():
+            return []
+        found = []
+        for entry in self.root.iterdir():
+            m = _STEP_DIR.match(entry.name)
+            if not m or not entry.is_dir() or not (entry / MARKER).is_file():
+                continue
+            try:
+                meta = json.loads((entry / META).read_text(encoding="utf-8"))
+                healthy = bool(meta["healthy"])
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                logger.warning("checkpoint %s: %s unreadable (%s); skipping it", entry, META, e)
+                continue
+            found.append(CheckpointInfo(int(m.group(1)), entry, healthy, meta))
+        return sorted(found, key=lambda c: c.step)
+
+    def latest(self, healthy_only: bool = False, *, verify: bool = True) -> CheckpointInfo | None:
+        """The newest committed checkpoint (that is marked healthy, if asked) which passes
+        verification; failing ones are logged and skipped. None if there is none."""
+        for info in reversed(self.checkpoints()):
+            if healthy_only and not info.healthy:
+                continue
+            if not verify:
+                return info
+            reason = self.verify(info.path)
+            if reason is None:
+                return info
+            logger.warning("checkpoint %s failed verification (%s); trying the previous one", info.path, reason)
+        return None
+
+    # ---- verification
+
+    def verify(self, path: Path) -> str | None:
+        """Why the checkpoint at ``path`` cannot be trusted, or None if it checks out. Local: no collectives."""
+        try:
+            marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
+            files = marker["files"]
+            if not isinstance(files, dict):
+                return f"{MARKER} has no file list"
+        except FileNotFoundError:
+            return f"no {MARKER} marker (save did not finish)"
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return f"{MARKER} unreadable: {e}"
+        try:
+            meta = json.loads((path / META).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return f"{META} unreadable: {e}"
+        m = _STEP_DIR.match(path.name)
+        if not isinstance(meta, dict) or m is None or meta.get("step") != int(m.group(1)):
+            return f"{META} does not name step {m.group(1) if m else path.name}"
+        if DCP_METADATA not in files:
+            return f"{MARKER} does not list DCP's {DCP_METADATA}"
+        for name, rec in files.items():
+            if "/" in name or name in (".", ".."):
+                return f"{MARKER} lists a bad file name {name!r}"
+            f = path / name
+            try:
+                size = f.stat().st_size
+            except OSError:
+                return f"{name} is missing"
+            if size != rec.get("bytes"):
+                return f"{name} has {size} bytes, {rec.get('bytes')} were written"
+            if rec.get("sha256") is not None and self.hash_files:
+                try:
+                    digest = _sha256(f)
+                except OSError as e:
+                    return f"{name} unreadable: {e}"
+                if digest != rec["sha256"]:
+                    return f"{name} sha256 {digest[:12]}… differs from the one written {rec['sha256'][:12]}…"
+        try:
+            metadata = _SafeReader(path).read_metadata()
+        except Exception as e:  # noqa: BLE001 - any failure to parse means the index is unusable
+            return f"{DCP_METADATA} unreadable: {e}"
+        for info in (metadata.storage_data or {}).values():
+            rel = getattr(info, "relative_path", None)
+            if rel is not None and rel not in files:
+                return f"{DCP_METADATA} names {rel}, which the marker does not list"
+        return None
+
+    # ---- save
+
+    def save(
+        self,
+        step: int,
+        app_state: Mapping[str, Any],
+        *,
+        healthy: bool,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write checkpoint ``step``; every rank calls it. Returns the committed directory.
+
+        Args:
+            step: the number of optimizer steps taken; names the directory.
+            app_state: what DCP saves, name -> ``Stateful`` (:class:`ModelOptimizerState`, an LR
+                scheduler) or a state dict of tensors and primitives.
+            healthy: whether the run is known to be fine up to this step (see :meth:`mark`).
+            extra: JSON-able state of the trainer, written by rank 0 into ``meta.json``: loader
+                state, resolved config, guard state, RNG (:func:`rng_state`). Must be the same on
+                every rank (rank 0's copy is what is kept).
+        """
+        if step < 0:
+            raise ValueError(f"step={step}: steps are counted from 0")
+        extra = dict(extra or {})
+        try:
+            extra_json = json.loads(json.dumps(extra, allow_nan=True))
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"extra for step {step} is not JSON-able ({e}); convert it to lists/dicts/numbers") from e
+
+        rank = _rank()
+        if rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._clean_leftovers()
+        token = _from_rank0(uuid.uuid4().hex if rank == 0 else None)
+        tmp = self.root / f".tmp-step-{step:09d}-{token}"
+        final = self.path_for(step)
+
+        try:
+            with _quiet_no_dist():
+                dcp.save(dict(app_state), checkpoint_id=tmp, no_dist=not _dist_on())
+        except CheckpointException as e:  # a BaseException in DCP; make it an ordinary error
+            raise CheckpointError(f"checkpoint step {step}: DCP save failed: {_describe(e)}") from e
+        _barrier()  # every rank's shards are on disk
+
+        error = None
+        if rank == 0:
+            try:
+                self._commit(step, tmp, final, healthy, extra_json)
+            except Exception as e:  # noqa: BLE001 - reported to every rank below
+                error = f"{type(e).__name__}: {e}"
+                logger.exception("checkpoint step %d: commit failed", step)
+        error = _from_rank0(error)
+        if error is not None:
+            raise CheckpointError(f"checkpoint step {step} not committed: {error}")
+        if rank == 0:
+            self._prune()
+        _barrier()
+        return final
+
+    def _commit(self, step: int, tmp: Path, final: Path, healthy: bool, extra: dict) -> None:
+        meta = {
+            "format": FORMAT_VERSION,
+            "step": step,
+            "healthy": healthy,
+            "created": time.time(),
+            "world_size": _world_size(),
+            "torch": torch.__version__,
+            "extra": extra,
+        }
+        _write_atomic(tmp / META, json.dumps(meta, indent=1, sort_keys=True))
+        files = {}
+        for f in sorted(tmp.iterdir()):
+            if f.name in (META, MARKER) or not f.is_file():
+                continue
+            files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f) if self.hash_files else None}
+        if DCP_METADATA not in files:
+            raise CheckpointError(f"DCP wrote no {DCP_METADATA} in {tmp}")
+        if final.exists():
+            # Same step saved again (after a rollback, or over an unfinished save): the new one wins.
+            old = self.root / f".tmp-replaced-{final.name}-{uuid.uuid4().hex}"
+            (final / MARKER).unlink(missing_ok=True)
+            os.replace(final, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, final)
+        _fsync_dir(self.root)
+        marker = {"format": FORMAT_VERSION, "step": step, "files": files}
+        _write_atomic(final / MARKER, json.dumps(marker, indent=1, sort_keys=True))
+        logger.info("checkpoint step %d committed at %s (%d files)", step, final, len(files))
+
+    def _clean_leftovers(self) -> None:
+        """Remove ``.tmp-*`` directories and ``step-*`` directories without a marker (crashed saves)."""
+        for entry in self.root.iterdir():
+            stale = entry.name.startswith(".tmp-") or (
+                _STEP_DIR.match(entry.name) is not None and entry.is_dir() and not (entry / MARKER).exists()
+            )
+            if stale:
+                logger.info("removing unfinished checkpoint %s", entry)
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+
+    def _prune(self) -> None:
+        ckpts = self.checkpoints()
+        keep = {c.step for c in ckpts[-self.keep :]}
+        healthy = [c for c in ckpts if c.healthy]
+        if healthy:
+            keep.add(healthy[-1].step)
+        for c in ckpts:
+            if c.step not in keep:
+                self._delete(c.path)
+
+    @staticmethod
+    def _delete(path: Path) -> None:
+        # The marker goes first: a crash mid-delete leaves an uncommitted directory, which is ignored.
+        (path / MARKER).unlink(missing_ok=True)
+        shutil.rmtree(path, ignore_errors=True)
+        logger.info("deleted checkpoint %s", path)
+
+    # ---- after the fact
+
+    def mark(self, step: int, healthy: bool) -> None:
+        """Set the healthy flag of checkpoint ``step`` (atomic rewrite of its ``meta.json``).
+
+        Every rank may call it; only rank 0 writes. Raises :class:`CheckpointError` if that step has
+        no committed checkpoint.
+        """
+        error = None
+        if _rank() == 0:
+            path = self.path_for(step)
+            try:
+                if not (path / MARKER).is_file():
+                    raise CheckpointError(f"no committed checkpoint for step {step} under {self.root}")
+                meta = json.loads((path / META).read_text(encoding="utf-8"))
+                meta["healthy"] = bool(healthy)
+                _write_atomic(path / META, json.dumps(meta, indent=1, sort_keys=True))
+            except (OSError, ValueError, CheckpointError) as e:
+                error = str(e)
+        error = _from_rank0(error)
+        if error is not None:
+            raise CheckpointError(f"cannot mark step {step}: {error}")
+
+    def discard_after(self, step: int) -> list[int]:
+        """Delete every checkpoint newer than ``step``; returns their steps.
+
+        Call after rolling back to ``step``: otherwise a restart would resume from the diverged
+        checkpoints, the newest on disk. Every rank calls it; rank 0 deletes.
+        """
+        gone = []
+        if _rank() == 0 and self.root.is_dir():
+            for entry in sorted(self.root.iterdir()):
+                m = _STEP_DIR.match(entry.name)
+                if m and entry.is_dir() and int(m.group(1)) > step:
+                    self._delete(entry)
+                    gone.append(int(m.group(1)))
+        gone = _from_rank0(gone)
+        _barrier()
+        return gone
+
+    # ---- load
+
+    def load(
+        self,
+        app_state: Mapping[str, Any],
+        *,
+        healthy_only: bool = False,
+        max_step: int | None = None,
+    ) -> LoadedCheckpoint | None:
+        """Load the newest usable checkpoint into ``app_state``; every rank calls it.
+
+        Args:
+            app_state: the same names as at save, with objects to load into (``Stateful`` objects
+                are loaded in place; plain dicts are replaced in the mapping, so pass a dict).
+            healthy_only: only checkpoints marked healthy (a rollback after a divergence).
+            max_step: only checkpoints at or before this step.
+
+        Returns the step and ``extra`` that were restored, or None when there is no committed
+        checkpoint to try. A checkpoint that fails verification or whose DCP load raises is logged
+        and the previous one tried; if committed candidates exist and none loads,
+        :class:`CheckpointError` is raised rather than silently starting from scratch.
+        """
+        candidates = [
+            c
+            for c in reversed(self.checkpoints())
+            if (not healthy_only or c.healthy) and (max_step is None or c.step <= max_step)
+        ]
+        candidates = _from_rank0(candidates)
+        if not candidates:
+            return None
+        failures = []
+        for info in candidates:
+            reason = self.verify(info.path) if _rank() == 0 else None
+            reason = _from_rank0(reason)
+            if reason is None:
+                try:
+                    with _quiet_no_dist():
+                        dcp.load(
+                            app_state,
+                            storage_reader=_SafeReader(info.path),
+                            planner=_SafeLoadPlanner(),
+                            no_dist=not _dist_on(),
+                        )
+                except (Exception, CheckpointException) as e:  # noqa: BLE001 - any failure: try the previous one
+                    reason = f"load failed: {_describe(e)}"
+                if _dist_on():  # one rank failing must make every rank fall back
+                    reasons = [None] * _world_size()
+                    dist.all_gather_object(reasons, reason)
+                    reason = next((r for r in reasons if r is not None), None)
+            if reason is None:
+                logger.info("loaded checkpoint step %d from %s", info.step, info.path)
+                return LoadedCheckpoint(info.step, dict(info.meta.get("extra", {})), info.healthy, info.path)
+            logger.warning("checkpoint %s unusable (%s); falling back to the previous one", info.path, reason)
+            failures.append(f"{info.path.name}: {reason}")
+        raise CheckpointError(
+            f"no checkpoint under {self.root} could be loaded:\n  "
+            + "\n  ".join(failures)
+            + "\nfix or delete them (or point the run at another directory) to start over"
+        )
