@@ -270,6 +270,28 @@ def cmd_loader_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """`tokenmill train CONFIG`: train (or resume) an OPT-style decoder on token files; torchrun for several ranks."""
+    import os
+
+    from tokenmill.train.config import load_train_config
+    from tokenmill.train.trainer import Trainer
+
+    overrides = {"steps": args.steps} if args.steps else {}
+    config = load_train_config(args.config, overrides)
+    summary = Trainer(config, skip_batches=args.skip_batches).run()
+    if int(os.environ.get("RANK", "0")) == 0:
+        out = Console(width=max(Console().width, 100))
+        table = Table(title=f"tokenmill train: {summary['steps']} steps", title_justify="left", show_header=False)
+        for key in ("loss", "valid_loss", "tokens", "tokens_per_s", "mfu", "rollbacks", "seconds", "params",
+                    "world_size", "device", "metrics", "events", "checkpoints"):
+            value = summary.get(key)
+            table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else
+                          f"{value:,}" if isinstance(value, int) else str(value))
+        out.print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -305,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--decode", type=int, default=3, help="how many random documents to decode")
     stats.add_argument("--seed", type=int, default=0)
     stats.set_defaults(func=cmd_tokens_stats)
+
+    trainer = sub.add_parser("train", help="train an OPT-style decoder on token files (torchrun for several ranks)")
+    trainer.add_argument("config", help="train config (YAML)")
+    trainer.add_argument("--skip-batches", help="never train on these global batches, e.g. 1200-1210,1300")
+    trainer.add_argument("--steps", type=int, help="override the config's total steps")
+    trainer.set_defaults(func=cmd_train)
 
     loader = sub.add_parser("loader", help="the token loader's state, for attribution")
     loader_sub = loader.add_subparsers(dest="loader_command", required=True)

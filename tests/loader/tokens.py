@@ -49,12 +49,14 @@ def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_sou
                             "by_source": {source: {"documents": len(ids), "tokens": sum(lengths)}},
                             "sha256": {".bin": hashlib.sha256(bin_path.read_bytes()).hexdigest()}})
     entries.sort(key=lambda e: e["prefix"])
+    path = root / "tokens.json"
+    # A second call with another split adds it to the same index.
+    splits = json.loads(path.read_text())["splits"] if path.exists() else {}
+    splits[split] = {"documents": sum(e["documents"] for e in entries), "tokens": sum(e["tokens"] for e in entries),
+                     "files": entries}
     index = {"format": "megatron-mmidx", "version": 1,
              "tokenizer": {"file": "tokenizer.json", "sha256": "test", "vocab_size": vocab_size, "eos_id": EOS},
-             "dtype": "uint16" if vocab_size <= 65536 else "int32",
-             "splits": {split: {"documents": sum(e["documents"] for e in entries),
-                                "tokens": sum(e["tokens"] for e in entries), "files": entries}}}
-    path = root / "tokens.json"
+             "dtype": "uint16" if vocab_size <= 65536 else "int32", "splits": splits}
     path.write_text(json.dumps(index), encoding="utf-8")
     return path
 

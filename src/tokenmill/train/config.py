@@ -1,0 +1,194 @@
+"""The training config: one YAML file, validated (keys named) before any process group or model exists."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from tokenmill.errors import ConfigError
+from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.train.model import PRESETS
+
+
+class DataConfig(StrictModel):
+    """One `tokens.json` and its share of the mixture."""
+
+    path: str
+    """A `tokens.json`, or a run folder (its `tokenize/tokens.json` is used)."""
+    weight: float = Field(default=1.0, ge=0)
+    """Share of this dataset in the mixture (split among its sources by their samples)."""
+
+
+class GuardSettings(StrictModel):
+    """The divergence guard (`tokenmill.train.guard.GuardConfig`): when a step is a spike, and what a rollback does."""
+
+    enabled: bool = True
+    """Check every step; off, spikes are only logged by the metrics."""
+    ewm_alpha: float = Field(default=0.02, gt=0, le=1)
+    """Weight of the newest healthy step in the loss and grad-norm running statistics."""
+    warmup_steps: int = Field(default=20, ge=0)
+    """Healthy steps before the loss and grad-norm rules are armed (non-finite values always trigger)."""
+    z_threshold: float | None = 6.0
+    """A loss above mean + z_threshold * std is a spike (None: off)."""
+    ratio_threshold: float | None = None
+    """A loss above ratio_threshold * mean is a spike (metaseq's --ewm-ratio-to-skip-batch; None: off)."""
+    max_grad_norm_ratio: float | None = 10.0
+    """A gradient norm above this multiple of its running mean is a spike (None: off)."""
+    lr_factor: float = Field(default=0.5, gt=0, le=1)
+    """Learning-rate multiplier per rollback (cumulative)."""
+    clip_factor: float | None = None
+    """Clipping-threshold multiplier per rollback (None: unchanged)."""
+    skip_window: int | None = None
+    """Batches skipped at a rollback: None, all from the rollback checkpoint to the spike; k, the last k."""
+    max_rollbacks: int = Field(default=5, ge=0)
+    """Stop with an error after this many rollbacks."""
+
+
+class TrainConfig(StrictModel):
+    """`tokenmill train CONFIG`: an OPT-style decoder on tokenmill's token files, with FSDP2."""
+
+    data: list[DataConfig]
+    """The datasets: a tokens.json path, a list of paths, or a list of {path, weight}."""
+    weights: dict[str, float] | None = None
+    """Mixture weights per source (stream) name instead of per dataset; None uses the dataset weights."""
+    model: str | dict[str, int] = "opt-tiny"
+    """A preset (opt-tiny, opt-125m, opt-350m, opt-1.3b, opt-2.7b, opt-6.7b) or sizes
+    {n_layers, d_model, n_heads[, ffn_dim]}."""
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    """Dropout on attention probabilities and residual branches (none on embeddings), as in OPT."""
+    seq_len: int = Field(default=2048, gt=0)
+    """Tokens per sequence."""
+    global_batch_size: int = Field(gt=0)
+    """Sequences per optimizer step over all ranks."""
+    micro_batch_size: int | None = Field(default=None, gt=0)
+    """Sequences per forward pass on one rank (default global_batch_size // world_size); the rest is accumulation."""
+    steps: int = Field(gt=0)
+    """Optimizer steps in total (a resumed run counts the steps already taken)."""
+    lr: float = Field(default=3e-4, gt=0)
+    """Peak learning rate, reached after warmup."""
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    """Linear decay ends at lr * min_lr_ratio at the last step (OPT: 10%)."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Linear warmup from 0 to lr."""
+    weight_decay: float = Field(default=0.1, ge=0)
+    """AdamW decay of the Linear weights (not of biases, norms or embeddings)."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas (OPT's)."""
+    eps: float = Field(default=1e-8, gt=0)
+    """AdamW epsilon."""
+    grad_clip: float = Field(default=1.0, gt=0)
+    """Clip the global gradient norm to this."""
+    seed: int = 0
+    """Fixes the initial weights, the data order and dropout (per step and rank)."""
+    output: str
+    """Checkpoints, metrics.jsonl, events.jsonl and the resolved config; a run whose output holds a checkpoint
+    resumes from it."""
+    checkpoint_every: int = Field(default=100, gt=0)
+    """Steps between checkpoints (and one at the last step)."""
+    keep_checkpoints: int = Field(default=3, gt=0)
+    """Newest checkpoints kept (plus the newest healthy one)."""
+    eval_every: int = Field(default=100, ge=0)
+    """Steps between validation losses on the `valid` split (0: never)."""
+    eval_batches: int = Field(default=4, gt=0)
+    """Global batches of the valid split per evaluation (always the same ones)."""
+    num_workers: int = Field(default=1, ge=0)
+    """DataLoader workers of the token loader."""
+    reset_position_ids: bool = False
+    """Restart position ids at every document start inside a sequence."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Compute dtype: auto is bfloat16 (FSDP2 MixedPrecisionPolicy, fp32 reductions) on GPU, float32 on CPU."""
+    compile: bool = False
+    """torch.compile each block."""
+    peak_tflops: float | None = None
+    """Peak dense TFLOP/s of one device for MFU; None picks it from the GPU name (A100 312, H100/H200 989)."""
+    log_every: int = Field(default=1, gt=0)
+    """Steps between progress lines when the output is not a terminal."""
+    guard: GuardSettings = GuardSettings()
+    """Divergence handling."""
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_forms(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [{"path": value}]
+        if isinstance(value, list):
+            return [{"path": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in PRESETS:
+            raise ValueError(f"unknown preset {value!r}; presets: {', '.join(PRESETS)}")
+        if isinstance(value, dict):
+            missing = {"n_layers", "d_model", "n_heads"} - set(value)
+            extra = set(value) - {"n_layers", "d_model", "n_heads", "ffn_dim"}
+            if missing or extra:
+                raise ValueError(f"sizes need n_layers, d_model, n_heads (and optionally ffn_dim); "
+                                 f"missing {sorted(missing)}, unknown {sorted(extra)}")
+        return value
+
+    @model_validator(mode="after")
+    def _cross(self) -> "TrainConfig":
+        if not self.data:
+            raise ValueError("data: give at least one tokens.json")
+        if self.micro_batch_size and self.global_batch_size % self.micro_batch_size:
+            raise ValueError(f"global_batch_size {self.global_batch_size} is not a multiple of micro_batch_size "
+                             f"{self.micro_batch_size}")
+        if self.warmup_steps >= self.steps and self.warmup_steps:
+            raise ValueError(f"warmup_steps {self.warmup_steps} must be below steps {self.steps}")
+        return self
+
+    def resolved_paths(self) -> list[str]:
+        out = []
+        for d in self.data:
+            p = Path(d.path)
+            if p.is_dir():
+                p = p / "tokenize" / "tokens.json" if (p / "tokenize" / "tokens.json").exists() else p / "tokens.json"
+            out.append(str(p))
+        return out
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainConfig:
+    """Validate a mapping; relative paths (data, output) are taken from ``base_dir``. Raises ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError("invalid train config: the top level must be a mapping (data, model, steps, ...)")
+    try:
+        config = TrainConfig.model_validate(data)
+    except ValidationError as err:
+        lines = [f"  {_key_path(e['loc'])}: {e['msg']}" for e in err.errors()]
+        raise ConfigError("invalid train config:\n" + "\n".join(lines)) from None
+    base = Path(base_dir)
+    fix = lambda p: p if Path(p).is_absolute() else str(base / p)  # noqa: E731
+    config = config.model_copy(update={"output": fix(config.output),
+                                       "data": [d.model_copy(update={"path": fix(d.path)}) for d in config.data]})
+    missing = [p for p in config.resolved_paths() if not Path(p).is_file()]
+    if missing:
+        raise ConfigError("invalid train config:\n" + "\n".join(
+            f"  data: {p} does not exist (the tokenize stage writes <run>/tokenize/tokens.json)" for p in missing))
+    return config
+
+
+def load_train_config(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read YAML (safe_load only) and validate; ``overrides`` replace top-level keys (command-line flags)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"cannot read train config {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"train config {path} is not valid YAML: {err}") from None
+    if isinstance(data, dict) and overrides:
+        data = {**data, **overrides}
+    return parse_train_config(data, Path(path).parent)

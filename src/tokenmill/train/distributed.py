@@ -1,0 +1,60 @@
+"""Process group, device and mesh: torchrun's environment when present, else one process on its own."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+
+@dataclass
+class Distributed:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    mesh: DeviceMesh
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def all_mean(self, values: list[float]) -> list[float]:
+        """The mean over ranks of each value (one collective)."""
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return (t / self.world_size).tolist()
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            # gloo may tear down a peer still in a collective otherwise (and the store with it).
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def setup() -> Distributed:
+    """Join torchrun's group (env://), or make a group of one without any port (a FileStore)."""
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        if backend == "gloo" and os.environ.get("MASTER_ADDR", "") in ("127.0.0.1", "localhost"):
+            # Keep gloo's sockets on the loopback when the whole job is on this machine.
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        if cuda:
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend, device_id=torch.device("cuda", local) if cuda else None)
+    else:
+        rank, world, local = 0, 1, 0
+        store = dist.FileStore(tempfile.mktemp(prefix="tokenmill-train-store-"), 1)
+        if cuda:
+            torch.cuda.set_device(0)
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    mesh = init_device_mesh(device.type, (world,))
+    return Distributed(rank, world, local, device, mesh)

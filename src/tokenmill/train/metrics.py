@@ -1,0 +1,60 @@
+"""Throughput and MFU, and the JSON-lines logs a run writes: metrics.jsonl (per step) and events.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Dense bf16 peak TFLOP/s per device (vendor datasheets, no sparsity).
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A10G": 125.0, "L4": 121.0, "V100": 125.0}
+
+
+def peak_tflops(device: torch.device, configured: float | None) -> float | None:
+    if configured is not None:
+        return configured
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, value in PEAK_TFLOPS.items():
+            if key in name:
+                return value
+    return None
+
+
+def memory(device: torch.device) -> dict[str, float]:
+    if device.type == "cuda":
+        return {"memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 3)}
+    return {"max_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)}
+
+
+class JsonLines:
+    """An append-only JSON-lines file, flushed per row; on resume the rows after the checkpoint are dropped."""
+
+    def __init__(self, path: Path, enabled: bool):
+        self.path, self.enabled = path, enabled
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.enabled:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row, allow_nan=True) + "\n")
+
+    def truncate_after(self, step: int) -> int:
+        """Drop rows of steps after ``step`` (written after the checkpoint a restart resumes from). Returns how many."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        rows = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        keep = [r for r in rows if json.loads(r).get("step", 0) <= step]
+        if len(keep) != len(rows):
+            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text("".join(r + "\n" for r in keep), encoding="utf-8")
+            os.replace(tmp, self.path)
+        return len(rows) - len(keep)
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]

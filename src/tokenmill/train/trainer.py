@@ -1,0 +1,375 @@
+"""The training loop: FSDP2 over a device mesh, exact resume from DCP checkpoints, and the divergence guard.
+
+One ``Trainer.run()`` is one process of a job (torchrun starts several; one process works alone). Every step:
+the learning rate from the step; ``M`` micro-batches forward and backward (gradients reduced on the last only);
+global gradient-norm clipping; the guard's verdict on the global mean loss and the norm. A healthy step updates the
+weights; a spike is never applied: the run rolls back to the newest healthy checkpoint, cuts the learning rate,
+skips the offending global batches through the loader and writes the event, with the documents of those batches,
+to ``events.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from tokenmill.errors import TokenmillError
+from tokenmill.loader import DataError, TokenLoader
+from tokenmill.loader.batches import next_served, parse_ranges
+from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.distributed import Distributed, setup
+from tokenmill.train.guard import DivergenceGuard, GuardConfig, Verdict
+from tokenmill.train.metrics import JsonLines, memory, peak_tflops
+from tokenmill.train.model import OPTDecoder, model_config
+from tokenmill.train.schedule import learning_rate
+
+log = logging.getLogger(__name__)
+
+# Test and fault-injection hook: SIGKILL this process right after the given step (and its checkpoint) completes.
+KILL_AFTER_STEP_ENV = "TOKENMILL_KILL_AFTER_STEP"
+# Config keys a resumed run may change without changing what it computes.
+RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "num_workers",
+                     "log_every", "peak_tflops", "guard", "output", "compile"}
+
+
+def padded_vocab(vocab_size: int) -> int:
+    """Rows of the embedding: the vocabulary rounded up to a multiple of 64, for fast matmuls (nanoGPT's 50304)."""
+    return -(-vocab_size // 64) * 64
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, skip_batches: str | None = None,
+                 on_step: Callable[[dict[str, Any]], None] | None = None):
+        self.cfg = config
+        self.skip_batches = skip_batches
+        self.on_step = on_step
+        self.out = Path(config.output)
+
+    # -- set-up --------------------------------------------------------------------------------------------------
+
+    def _build(self, d: Distributed) -> None:
+        cfg = self.cfg
+        self.d = d
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.metrics = JsonLines(self.out / "metrics.jsonl", d.main)
+        self.events = JsonLines(self.out / "events.jsonl", d.main)
+        weights = cfg.weights if cfg.weights is not None else [x.weight for x in cfg.data]
+        self.loader = TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
+                                  micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
+                                  world_size=d.world_size, num_workers=cfg.num_workers, weights=weights,
+                                  position_ids=cfg.reset_position_ids, pin_memory=d.device.type == "cuda")
+        self.accumulation = self.loader.layout.micro_batches
+        vocab = self.loader.info["vocab_size"]
+        self.mcfg = model_config(cfg.model, vocab_size=padded_vocab(vocab), max_seq_len=cfg.seq_len,
+                                 dropout=cfg.dropout)
+        self.model = self._model(d)
+        self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
+                                           eps=cfg.eps)
+        self.checkpoints = CheckpointManager(self.out / "checkpoints", keep=cfg.keep_checkpoints)
+        g = cfg.guard
+        self.guard = DivergenceGuard(GuardConfig(**g.model_dump(exclude={"enabled"})))
+        self.flops_per_token = self.model.flops_per_token(cfg.seq_len)
+        self.peak = peak_tflops(d.device, cfg.peak_tflops)
+        self.valid: TokenLoader | None = None
+        if cfg.eval_every:
+            try:
+                self.valid = TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len,
+                                         global_batch_size=cfg.global_batch_size,
+                                         micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
+                                         world_size=d.world_size, split="valid", shuffle=False)
+            except (DataError, ValueError) as err:
+                self._warn(f"no validation loss: the valid split cannot be read ({err})")
+
+    def _model(self, d: Distributed) -> OPTDecoder:
+        """Built on the meta device, sharded per block then at the root (FSDP2), then filled with weights made by
+        rank 0 from the seed alone: the same initial model whatever the world size."""
+        cfg = self.cfg
+        dtype = torch.bfloat16 if cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and d.device.type == "cuda") \
+            else torch.float32
+        self.compute_dtype = dtype
+        with torch.device("meta"):
+            model = OPTDecoder(self.mcfg)
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 \
+            else MixedPrecisionPolicy()
+        for i, block in enumerate(model.blocks):
+            if cfg.compile:
+                block.compile()
+            # The last block's parameters are needed at once by the backward: keep them gathered.
+            fully_shard(block, mesh=d.mesh, mp_policy=policy, reshard_after_forward=i < len(model.blocks) - 1)
+        fully_shard(model, mesh=d.mesh, mp_policy=policy)
+        model.to_empty(device=d.device)
+        full = {}
+        if d.main:
+            reference = OPTDecoder(self.mcfg)
+            reference.init_weights(torch.Generator().manual_seed(cfg.seed))
+            full = reference.state_dict()
+        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        return model
+
+    def _app_state(self) -> dict[str, Any]:
+        return {"train": ModelOptimizerState(self.model, self.optimizer)}
+
+    def _warn(self, text: str) -> None:
+        log.warning(text)
+        if self.d.main:
+            print(f"warning: {text}", file=sys.stderr)
+
+    def _extra(self) -> dict[str, Any]:
+        return {"loader": self.loader.state_dict(), "guard": self.guard.state_dict(),
+                "config": json.loads(self.cfg.model_dump_json()), "tokens_seen": self.tokens_seen}
+
+    # -- resume ----------------------------------------------------------------------------------------------------
+
+    def _resume(self) -> int:
+        loaded = self.checkpoints.load(self._app_state())
+        if loaded is None:
+            self.tokens_seen = 0
+            return 0
+        extra = loaded.extra
+        old = extra.get("config", {})
+        new = json.loads(self.cfg.model_dump_json())
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        if changed:
+            raise TokenmillError(f"{self.out} holds a checkpoint (step {loaded.step}) of a run with other "
+                                 f"{', '.join(changed)}: " + "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+                                                                      for k in changed)
+                                 + ". Use another output, or restore those values.")
+        self.loader.load_state_dict(extra["loader"])
+        self.guard.load_state_dict(extra["guard"])
+        self.tokens_seen = int(extra.get("tokens_seen", 0))
+        dropped = self.metrics.truncate_after(loaded.step)
+        self._event({"step": loaded.step, "action": "resume", "checkpoint": str(loaded.path),
+                     "healthy": loaded.healthy, "metrics_rows_dropped": dropped, "world_size": self.d.world_size})
+        return loaded.step
+
+    # -- one step ------------------------------------------------------------------------------------------------
+
+    def forward_backward(self, step: int) -> tuple[float, int]:
+        """The step's micro-batches forward and backward (gradients reduced on the last): (global mean loss, batch)."""
+        d = self.d
+        # Dropout from (seed, step, rank): a resumed or rolled-back step draws the same masks, no RNG state saved.
+        torch.manual_seed((self.cfg.seed * 1_000_003 + step) * 4099 + d.rank)
+        loss_sum = torch.zeros((), device=d.device)
+        batch = -1
+        for m in range(self.accumulation):
+            micro = next(self.iterator)
+            batch = self.loader.last_batch
+            self.model.set_requires_gradient_sync(m == self.accumulation - 1)
+            positions = micro.get("position_ids")
+            loss = self.model(micro["input_ids"].to(d.device, non_blocking=True),
+                              labels=micro["labels"].to(d.device, non_blocking=True),
+                              position_ids=None if positions is None else positions.to(d.device))
+            (loss / self.accumulation).backward()
+            loss_sum += loss.detach().float()
+        loss_value, = d.all_mean([float(loss_sum) / self.accumulation])
+        return loss_value, batch
+
+    def _step(self, step: int) -> tuple[dict[str, Any], Verdict | None]:
+        cfg, d = self.cfg, self.d
+        lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio) * self.guard.lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        loss_value, batch = self.forward_backward(step)
+        clip = cfg.grad_clip * self.guard.clip_scale
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        grad_norm = float(norm)
+        verdict = self.guard.check(step, loss_value, grad_norm) if cfg.guard.enabled else None
+        if verdict is not None and verdict.spike:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        if d.device.type == "cuda":
+            torch.cuda.synchronize(d.device)
+        seconds = time.perf_counter() - t0
+        tokens = cfg.global_batch_size * cfg.seq_len
+        tflops = self.flops_per_token * tokens / seconds / d.world_size / 1e12
+        row = {"step": step, "batch": batch, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
+               "tokens": self.tokens_seen + tokens, "step_s": round(seconds, 4),
+               "tokens_per_s": round(tokens / seconds, 1), "tflops_per_device": round(tflops, 4),
+               "mfu": round(tflops / self.peak, 4) if self.peak else None, "rollbacks": self.guard.rollbacks,
+               **memory(d.device)}
+        return row, verdict
+
+    # -- divergence ------------------------------------------------------------------------------------------------
+
+    def _rollback(self, verdict: Verdict, row: dict[str, Any]) -> int:
+        from tokenmill.loader.explain import explain_batch
+
+        documents = self._documents(explain_batch, row["batch"]) if self.d.main else []
+        healthy = self.checkpoints.latest(healthy_only=True)
+        if healthy is None:
+            raise TokenmillError(f"step {verdict.step}: {verdict.reason}; no healthy checkpoint to roll back to "
+                                 f"(the first is written at step {self.cfg.checkpoint_every})")
+        loaded = self.checkpoints.load(self._app_state(), healthy_only=True)
+        plan = self.guard.plan_rollback(verdict, loaded.step, loaded.extra.get("guard"))
+        self.checkpoints.discard_after(loaded.step)
+        self.loader.load_state_dict(loaded.extra["loader"])
+        skipped = self.upcoming_batches(plan.skip_from - loaded.step - 1, plan.skip_batches)
+        if skipped:
+            self.loader.skip([(k, k) for k in skipped])
+        self.iterator = iter(self.loader)
+        self.tokens_seen = int(loaded.extra.get("tokens_seen", 0))
+        self._event({"step": verdict.step, "action": "rollback", "rule": verdict.rule, "reason": verdict.reason,
+                     "loss": row["loss"], "grad_norm": row["grad_norm"], "batch": row["batch"],
+                     "resumed_from_step": loaded.step, "lr_scale": plan.lr_scale, "clip_scale": plan.clip_scale,
+                     "skipped_batches": skipped, "rollbacks": plan.rollbacks, "documents": documents})
+        # Saved again at once, so a crash from here on resumes with the skips and the lower learning rate.
+        self.checkpoints.save(loaded.step, self._app_state(), healthy=True, extra=self._extra())
+        return loaded.step
+
+    def upcoming_batches(self, offset: int, count: int) -> list[int]:
+        """Global batch indices the loader serves ``offset`` .. ``offset + count - 1`` steps from its state."""
+        k = next_served(self.loader.consumed_samples // self.loader.global_batch_size, self.loader.skips)
+        out = []
+        for i in range(offset + count):
+            if i >= offset:
+                out.append(k)
+            k = next_served(k + 1, self.loader.skips)
+        return out
+
+    def _documents(self, explain_batch, batch: int, limit: int = 64) -> list[dict[str, Any]]:
+        try:
+            rows = explain_batch(self.loader, batch)
+        except Exception as err:  # noqa: BLE001 - attribution must never stop a rollback
+            return [{"error": f"explain failed: {err}"}]
+        keep = ("sample_in_batch", "rank", "source", "subset", "id", "tokens", "document_tokens", "preview")
+        return [{k: r[k] for k in keep} for r in rows[:limit]]
+
+    def _event(self, event: dict[str, Any]) -> None:
+        event = {"time": time.time(), **event}
+        self.events.write(event)
+        if self.d.main and event["action"] != "resume":
+            print(f"event: {json.dumps({k: v for k, v in event.items() if k != 'documents'})}", file=sys.stderr)
+
+    # -- evaluation ----------------------------------------------------------------------------------------------
+
+    def evaluate(self) -> float | None:
+        if self.valid is None:
+            return None
+        self.model.eval()
+        total, n = 0.0, 0
+        with torch.no_grad():
+            for k in range(self.cfg.eval_batches):
+                for m in range(self.valid.layout.micro_batches):
+                    micro = self.valid.micro_batch(k, m)
+                    loss = self.model(micro["input_ids"].to(self.d.device), labels=micro["labels"].to(self.d.device))
+                    total += float(loss)
+                    n += 1
+        self.model.train()
+        value, = self.d.all_mean([total / n])
+        return value
+
+    # -- the run ---------------------------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        d = setup()
+        try:
+            return self._run(d)
+        finally:
+            d.close()
+
+    def _run(self, d: Distributed) -> dict[str, Any]:
+        cfg = self.cfg
+        self._build(d)
+        step = self._resume()
+        if d.main:
+            (self.out / "config.json").write_text(self.cfg.model_dump_json(indent=1) + "\n", encoding="utf-8")
+        if self.skip_batches:
+            ranges = parse_ranges(self.skip_batches)
+            self.loader.skip(ranges)
+            self._event({"step": step, "action": "skip", "skipped_batches": [list(r) for r in ranges],
+                         "by": "command line"})
+        self.iterator = iter(self.loader)
+        kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "0") or 0)
+        spike_since_checkpoint = False
+        started, first_step = time.perf_counter(), step
+        progress = _Progress(d.main, cfg.steps, step, cfg.log_every)
+        last: dict[str, Any] = {}
+        self.model.train()
+        while step < cfg.steps:
+            row, verdict = self._step(step + 1)
+            if verdict is not None and verdict.spike:
+                row["spike"] = verdict.reason
+                self.metrics.write(row)
+                step = self._rollback(verdict, row)
+                spike_since_checkpoint = False
+                progress.note(f"step {row['step']}: {verdict.reason}; rolled back to step {step}")
+                continue
+            step += 1
+            self.tokens_seen = row["tokens"]
+            self.metrics.write(row)
+            last = row
+            if self.on_step:
+                self.on_step(row)
+            if cfg.eval_every and step % cfg.eval_every == 0:
+                value = self.evaluate()
+                if value is not None:
+                    self.metrics.write({"step": step, "valid_loss": value, "tokens": self.tokens_seen})
+                    last = {**last, "valid_loss": value}
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                self.checkpoints.save(step, self._app_state(), healthy=not spike_since_checkpoint,
+                                      extra=self._extra())
+                spike_since_checkpoint = False
+            progress.update(step, row)
+            if kill_after and step >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+        progress.close()
+        seconds = time.perf_counter() - started
+        summary = {"steps": step, "steps_this_run": step - first_step, "seconds": round(seconds, 2),
+                   "loss": last.get("loss"), "valid_loss": last.get("valid_loss"), "tokens": self.tokens_seen,
+                   "tokens_per_s": last.get("tokens_per_s"), "mfu": last.get("mfu"),
+                   "rollbacks": self.guard.rollbacks, "world_size": d.world_size, "device": str(d.device),
+                   "params": self.model.num_params(), "metrics": str(self.out / "metrics.jsonl"),
+                   "events": str(self.out / "events.jsonl"), "checkpoints": str(self.out / "checkpoints")}
+        if d.main:
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        return summary
+
+
+class _Progress:
+    """A rich progress bar on a terminal; otherwise a line every ``log_every`` steps. Rank 0 only."""
+
+    def __init__(self, enabled: bool, total: int, done: int, log_every: int):
+        self.enabled, self.total, self.log_every = enabled, total, log_every
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.description}"))
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total, completed=done)
+
+    def update(self, step: int, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        text = f"loss {row['loss']:.4f}  lr {row['lr']:.2e}  {row['tokens_per_s']:,.0f} tok/s"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, description=text)
+        elif step % self.log_every == 0 or step == self.total:
+            print(f"step {step}/{self.total}  {text}", file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            (self.bar.console.print if self.bar is not None else lambda t: print(t, file=sys.stderr))(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+

@@ -1,0 +1,24 @@
+"""Run under torchrun: one step's forward and backward through the trainer (FSDP2), full gradients saved by rank 0."""
+
+import sys
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from tokenmill.train.config import load_train_config
+from tokenmill.train.distributed import setup
+from tokenmill.train.trainer import Trainer
+
+config_path, out = sys.argv[1], sys.argv[2]
+trainer = Trainer(load_train_config(config_path))
+d = setup()
+try:
+    trainer._build(d)
+    trainer.iterator = iter(trainer.loader)
+    loss, batch = trainer.forward_backward(1)
+    grads = {name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
+             for name, p in trainer.model.named_parameters()}
+    if d.main:
+        torch.save({"loss": torch.tensor(loss), "batch": torch.tensor(batch), "grads": grads}, out)
+finally:
+    d.close()

@@ -1,0 +1,160 @@
+"""The trainer end to end on CPU: torchrun with gloo, exact resume, resharding, fallback, and divergence handling."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tokenmill.loader import TokenLoader
+from tokenmill.train.config import load_train_config, parse_train_config
+from tokenmill.train.model import OPTDecoder, model_config
+from tokenmill.train.trainer import KILL_AFTER_STEP_ENV, Trainer, padded_vocab
+from tests.train.runs import config, constant_docs, env, losses, metrics, torchrun, write_config, write_tokens
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "golden_losses.json"
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    return write_tokens(tmp_path_factory.mktemp("train-tokens"))
+
+
+def _run(cfg: dict, base: Path, **kwargs) -> dict:
+    return Trainer(parse_train_config(cfg, base), **kwargs).run()
+
+
+def test_two_processes_with_torchrun_then_resume_on_one_and_on_three(tokens, tmp_path):
+    out = tmp_path / "run"
+    path = write_config(tmp_path / "train.yaml", config(tokens, out, dropout=0.0))
+    done = torchrun(2, ["train", str(path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = metrics(out)
+    first, last = [r["loss"] for r in rows if "loss" in r][:3], [r["loss"] for r in rows if "loss" in r][-3:]
+    assert len([r for r in rows if "loss" in r]) == 20 and np.mean(last) < np.mean(first) - 0.5
+    assert any("valid_loss" in r for r in rows)
+    assert json.loads((out / "checkpoints" / "step-000000020" / "meta.json").read_text())["world_size"] == 2
+    # Resharded: the 2-rank checkpoint continues on 1 rank and on 3 (global batch 12 divides by 6).
+    results = {}
+    for n in (1, 3):
+        copy = tmp_path / f"resume-{n}"
+        subprocess.run(["cp", "-r", str(out), str(copy)], check=True)
+        cfg_n = write_config(tmp_path / f"train-{n}.yaml", config(tokens, copy, dropout=0.0, steps=24))
+        done = torchrun(n, ["train", str(cfg_n)])
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows_n = [r for r in metrics(copy) if "loss" in r]
+        assert [r["step"] for r in rows_n] == list(range(1, 25))
+        assert [r["batch"] for r in rows_n[20:]] == [20, 21, 22, 23]
+        results[n] = [r["loss"] for r in rows_n[20:]]
+    assert np.allclose(results[1], results[3], rtol=1e-4), results
+
+
+def test_fsdp_gradients_equal_a_single_process_reference(tokens, tmp_path):
+    path = write_config(tmp_path / "train.yaml", config(tokens, tmp_path / "run", dropout=0.0, micro_batch_size=3))
+    out = tmp_path / "grads.pt"
+    done = torchrun(2, [str(HERE / "grad_check.py"), str(path), str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = torch.load(out, weights_only=True)
+    cfg = load_train_config(path)
+    loader = TokenLoader([str(tokens)], seq_len=32, global_batch_size=12, seed=cfg.seed)
+    batch = loader.global_batch(int(got["batch"]))
+    model = OPTDecoder(model_config("opt-tiny", vocab_size=padded_vocab(256), max_seq_len=32, dropout=0.0))
+    model.init_weights(torch.Generator().manual_seed(cfg.seed))
+    loss = model(batch[:, :-1], labels=batch[:, 1:])
+    loss.backward()
+    assert abs(loss.item() - float(got["loss"])) < 1e-5
+    for name, p in model.named_parameters():
+        ref, g = p.grad, got["grads"][name]
+        assert torch.linalg.norm(g - ref) <= 1e-5 * torch.linalg.norm(ref) + 1e-12, name
+
+
+def test_first_losses_equal_the_golden_file(tokens, tmp_path):
+    summary = _run(config(tokens, tmp_path / "run", steps=10, eval_every=0), tmp_path)
+    assert summary["steps"] == 10
+    got = [losses(tmp_path / "run")[s] for s in range(1, 11)]
+    if os.environ.get("TOKENMILL_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps({"config": "tests/train/runs.py config(), steps 10", "losses": got}, indent=1))
+    want = json.loads(GOLDEN.read_text())["losses"]
+    assert np.allclose(got, want, rtol=0, atol=1e-4), list(zip(got, want))
+
+
+def test_killed_at_step_ten_resumes_with_the_same_losses(tokens, tmp_path):
+    # Both in a subprocess with the same threads, so floating-point sums are ordered alike.
+    whole = tmp_path / "whole"
+    run_whole = [sys.executable, "-m", "tokenmill.cli", "train",
+                 str(write_config(tmp_path / "whole.yaml", config(tokens, whole)))]
+    assert subprocess.run(run_whole, capture_output=True, timeout=240, env=env()).returncode == 0
+    out = tmp_path / "killed"
+    path = write_config(tmp_path / "train.yaml", config(tokens, out))
+    cmd = [sys.executable, "-m", "tokenmill.cli", "train", str(path)]
+    killed = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env(**{KILL_AFTER_STEP_ENV: "10"}))
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert max(losses(out)) == 10
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env())
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = losses(whole), losses(out)
+    assert [b[s] for s in range(11, 21)] == [a[s] for s in range(11, 21)]
+    assert [r["action"] for r in map(json.loads, (out / "events.jsonl").read_text().splitlines())] == ["resume"]
+
+
+def test_a_corrupted_latest_checkpoint_falls_back(tokens, tmp_path, caplog):
+    out = tmp_path / "run"
+    _run(config(tokens, out, steps=15, eval_every=0), tmp_path)
+    shard = sorted((out / "checkpoints" / "step-000000015").glob("*.distcp"))[0]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with caplog.at_level(logging.WARNING):
+        summary = _run(config(tokens, out, steps=20, eval_every=0), tmp_path)
+    assert summary["steps"] == 20 and summary["steps_this_run"] == 10
+    assert any("step-000000015" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["action"] == "resume" and events[-1]["checkpoint"].endswith("step-000000010")
+    assert [r["step"] for r in metrics(out) if "loss" in r] == list(range(1, 21))
+
+
+def _poisoned(tmp_path: Path) -> tuple[Path, dict[str, float]]:
+    """Pattern data plus one document of random tokens, and mixture weights that serve it once, at step 12 to 17."""
+    rng = np.random.default_rng(11)
+    poison = [rng.integers(1, 255, size=33).tolist()]  # exactly one sample of seq_len 32
+    tokens = write_tokens(tmp_path / "tokens", extra={"poison": poison}, docs=constant_docs)
+    for share in range(40, 120):
+        weights = {"alpha": 0.6, "beta": 0.4, "poison": 1.0 / share}
+        loader = TokenLoader([str(tokens)], seq_len=32, global_batch_size=4, weights=weights)
+        poison_stream = [s.name for s in loader.streams].index("poison")
+        where = loader.order.locate(np.arange(4 * 29))  # 24 steps and up to 5 skipped batches
+        hits = np.nonzero(where.stream == poison_stream)[0] // 4
+        if len(hits) == 1 and 11 <= hits[0] <= 16:
+            return tokens, weights
+    raise AssertionError("no weight serves the poison once in the window")
+
+
+def test_a_poisoned_batch_rolls_back_cuts_the_lr_and_is_skipped(tmp_path):
+    tokens, weights = _poisoned(tmp_path)
+    out = tmp_path / "run"
+    # Fast statistics (the loss settles within 10 steps) and a wide threshold: the poison scores z = 24, noise < 7.
+    guard = {"warmup_steps": 8, "ewm_alpha": 0.5, "z_threshold": 12.0, "lr_factor": 0.5}
+    summary = _run(config(tokens, out, weights=weights, global_batch_size=4, steps=24, lr=1e-2, warmup_steps=0,
+                          eval_every=0, checkpoint_every=5, guard=guard), tmp_path)
+    assert summary["steps"] == 24 and summary["rollbacks"] == 1
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    rollback = next(e for e in events if e["action"] == "rollback")
+    assert "poison-0" in {d["id"] for d in rollback["documents"]}
+    assert rollback["batch"] in rollback["skipped_batches"] and rollback["lr_scale"] == 0.5
+    rows = [r for r in metrics(out) if "loss" in r]
+    spike = next(i for i, r in enumerate(rows) if "spike" in r)
+    # Rows after the spike are the steps trained after the rollback: from the checkpoint's step on, none skipped.
+    after_rollback = rows[spike + 1:]
+    assert [r["step"] for r in after_rollback] == list(range(rollback["resumed_from_step"] + 1, 25))
+    assert not set(rollback["skipped_batches"]) & {r["batch"] for r in after_rollback}
+    after = [r for r in rows if r["step"] > rollback["step"]]
+    assert after and all(r["rollbacks"] == 1 for r in after)
+    from tokenmill.train.schedule import learning_rate
+    for r in after:
+        assert r["lr"] == pytest.approx(0.5 * learning_rate(r["step"], 1e-2, 0, 24, 0.1))
