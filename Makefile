@@ -21,6 +21,7 @@ demo: $(STAMP)
 	$(BIN)/tokenmill run $(DEMO)/demo.yaml
 	$(BIN)/tokenmill report contamination $(DEMO)/run
 	$(BIN)/tokenmill tokens stats $(DEMO)/run
+	$(BIN)/tokenmill train $(DEMO)/train.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -282,12 +282,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = Trainer(config, skip_batches=args.skip_batches).run()
     if int(os.environ.get("RANK", "0")) == 0:
         out = Console(width=max(Console().width, 100))
-        table = Table(title=f"tokenmill train: {summary['steps']} steps", title_justify="left", show_header=False)
-        for key in ("loss", "valid_loss", "tokens", "tokens_per_s", "mfu", "rollbacks", "seconds", "params",
-                    "world_size", "device", "metrics", "events", "checkpoints"):
-            value = summary.get(key)
-            table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else
-                          f"{value:,}" if isinstance(value, int) else str(value))
+        table = Table(title=f"tokenmill train: {summary['steps']} steps ({summary['steps_this_run']} in this run)",
+                      title_justify="left", show_header=False)
+
+        def num(value, spec):
+            return "n/a" if value is None else format(value, spec)
+
+        table.add_row("loss", f"{num(summary['first_loss'], '.4f')} -> {num(summary['loss'], '.4f')} "
+                              "(first and last step of this run)")
+        table.add_row("valid loss", num(summary["valid_loss"], ".4f"))
+        table.add_row("tokens", f"{summary['tokens']:,}")
+        table.add_row("tokens/s", num(summary["tokens_per_s"], ",.0f"))
+        table.add_row("MFU", num(summary["mfu"], ".1%") + ("" if summary["mfu"] is not None else
+                                                          " (no peak TFLOP/s for this device; set peak_tflops)"))
+        table.add_row("rollbacks", str(summary["rollbacks"]))
+        table.add_row("model", f"{summary['params']:,} parameters on {summary['world_size']} x {summary['device']}")
+        table.add_row("time", f"{summary['seconds']:.1f} s")
+        for key in ("metrics", "events", "checkpoints"):
+            table.add_row(key, summary[key])
         out.print(table)
     return 0
 

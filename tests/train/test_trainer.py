@@ -158,3 +158,28 @@ def test_a_poisoned_batch_rolls_back_cuts_the_lr_and_is_skipped(tmp_path):
     from tokenmill.train.schedule import learning_rate
     for r in after:
         assert r["lr"] == pytest.approx(0.5 * learning_rate(r["step"], 1e-2, 0, 24, 0.1))
+
+
+def test_skip_batches_by_hand_and_no_valid_split(tmp_path, capsys):
+    from tests.loader.tokens import write_dataset
+    from tests.train.runs import VOCAB, pattern_docs
+
+    rng = np.random.default_rng(4)
+    tokens = write_dataset(tmp_path / "tokens", {"alpha": pattern_docs(60, rng)}, vocab_size=VOCAB)  # no valid split
+    out = tmp_path / "run"
+    summary = _run(config(tokens, out, steps=8, eval_every=4), tmp_path, skip_batches="2-3,6")
+    assert summary["steps"] == 8 and summary["valid_loss"] is None
+    assert "no validation loss" in capsys.readouterr().err
+    assert [r["batch"] for r in metrics(out)] == [0, 1, 4, 5, 7, 8, 9, 10]
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert events[0]["action"] == "skip" and events[0]["skipped_batches"] == [[2, 3], [6, 6]]
+    # The skips live in the loader state of every checkpoint: a resumed run keeps them.
+    meta = json.loads((out / "checkpoints" / "step-000000008" / "meta.json").read_text())
+    assert meta["extra"]["loader"]["skip"] == [[2, 3], [6, 6]]
+
+
+def test_a_checkpoint_of_another_model_is_refused(tokens, tmp_path):
+    out = tmp_path / "run"
+    _run(config(tokens, out, steps=5, eval_every=0), tmp_path)
+    with pytest.raises(Exception, match="seq_len: 32 -> 64"):
+        _run(config(tokens, out, steps=10, eval_every=0, seq_len=64), tmp_path)

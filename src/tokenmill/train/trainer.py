@@ -133,19 +133,14 @@ class Trainer:
     # -- resume ----------------------------------------------------------------------------------------------------
 
     def _resume(self) -> int:
+        # The config is compared before any tensor is read: a changed model is named, not a shape mismatch.
+        for info in self.checkpoints.checkpoints():
+            self._check_config(info.step, info.meta.get("extra", {}).get("config", {}))
         loaded = self.checkpoints.load(self._app_state())
         if loaded is None:
             self.tokens_seen = 0
             return 0
         extra = loaded.extra
-        old = extra.get("config", {})
-        new = json.loads(self.cfg.model_dump_json())
-        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
-        if changed:
-            raise TokenmillError(f"{self.out} holds a checkpoint (step {loaded.step}) of a run with other "
-                                 f"{', '.join(changed)}: " + "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
-                                                                      for k in changed)
-                                 + ". Use another output, or restore those values.")
         self.loader.load_state_dict(extra["loader"])
         self.guard.load_state_dict(extra["guard"])
         self.tokens_seen = int(extra.get("tokens_seen", 0))
@@ -153,6 +148,15 @@ class Trainer:
         self._event({"step": loaded.step, "action": "resume", "checkpoint": str(loaded.path),
                      "healthy": loaded.healthy, "metrics_rows_dropped": dropped, "world_size": self.d.world_size})
         return loaded.step
+
+    def _check_config(self, step: int, old: dict[str, Any]) -> None:
+        new = json.loads(self.cfg.model_dump_json())
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        if changed:
+            raise TokenmillError(f"{self.out} holds a checkpoint (step {step}) of a run with another "
+                                 f"{', '.join(changed)}: " + "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+                                                                      for k in changed)
+                                 + ". Use another output, or restore those values.")
 
     # -- one step ------------------------------------------------------------------------------------------------
 
@@ -301,6 +305,7 @@ class Trainer:
         started, first_step = time.perf_counter(), step
         progress = _Progress(d.main, cfg.steps, step, cfg.log_every)
         last: dict[str, Any] = {}
+        first_loss = None
         self.model.train()
         while step < cfg.steps:
             row, verdict = self._step(step + 1)
@@ -312,6 +317,7 @@ class Trainer:
                 progress.note(f"step {row['step']}: {verdict.reason}; rolled back to step {step}")
                 continue
             step += 1
+            first_loss = row["loss"] if first_loss is None else first_loss
             self.tokens_seen = row["tokens"]
             self.metrics.write(row)
             last = row
@@ -332,7 +338,7 @@ class Trainer:
         progress.close()
         seconds = time.perf_counter() - started
         summary = {"steps": step, "steps_this_run": step - first_step, "seconds": round(seconds, 2),
-                   "loss": last.get("loss"), "valid_loss": last.get("valid_loss"), "tokens": self.tokens_seen,
+                   "first_loss": first_loss, "loss": last.get("loss"), "valid_loss": last.get("valid_loss"), "tokens": self.tokens_seen,
                    "tokens_per_s": last.get("tokens_per_s"), "mfu": last.get("mfu"),
                    "rollbacks": self.guard.rollbacks, "world_size": d.world_size, "device": str(d.device),
                    "params": self.model.num_params(), "metrics": str(self.out / "metrics.jsonl"),
