@@ -1,4 +1,4 @@
-"""Write the whole demo corpus: every source's files, the planted faults, demo.yaml and ground_truth.json."""
+"""Write the whole demo corpus: every source's files, the planted faults, demo.yaml, train.yaml and ground_truth.json."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from .catalog import SOURCES, FileSpec, SourceSpec, open_writer
 from .planted import write_demo_evalset
 from .sources import unique_texts
-from .config import CONFIG_NAME, write_config
+from .config import CONFIG_NAME, TRAIN_NAME, write_config
 from .documents import DocumentMaker
 from .planted import PLANTERS, PlantContext, get_path
 
@@ -68,7 +68,8 @@ def write_demo_corpus(
     truth = {"version": GROUND_TRUTH_VERSION, "seed": seed, "sources": truth_sources, "planted": planted}
     (out / GROUND_TRUTH_NAME).write_text(json.dumps(truth, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
-    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, GROUND_TRUTH_NAME, evalset]
+    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, TRAIN_NAME, GROUND_TRUTH_NAME,
+                                                                         evalset]
     return {
         "out_dir": str(out),
         "seed": seed,
