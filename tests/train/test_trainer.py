@@ -149,6 +149,10 @@ def test_a_poisoned_batch_rolls_back_cuts_the_lr_and_is_skipped(tmp_path):
     assert rollback["batch"] in rollback["skipped_batches"] and rollback["lr_scale"] == 0.5
     rows = [r for r in metrics(out) if "loss" in r]
     spike = next(i for i, r in enumerate(rows) if "spike" in r)
+    # The undone steps, from the checkpoint to the spike, are marked; every step counts once otherwise.
+    assert [r["step"] for r in rows if r.get("rolled_back")] == list(range(rollback["resumed_from_step"] + 1,
+                                                                          rollback["step"] + 1))
+    assert sorted(r["step"] for r in rows if not r.get("rolled_back")) == list(range(1, 25))
     # Rows after the spike are the steps trained after the rollback: from the checkpoint's step on, none skipped.
     after_rollback = rows[spike + 1:]
     assert [r["step"] for r in after_rollback] == list(range(rollback["resumed_from_step"] + 1, 25))

@@ -54,6 +54,22 @@ class JsonLines:
             os.replace(tmp, self.path)
         return len(rows) - len(keep)
 
+    def mark_after(self, step: int, key: str) -> int:
+        """Set ``key: true`` on rows of steps after ``step`` (a rollback's discarded steps). Returns how many."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        rows = self.rows()
+        marked = 0
+        for row in rows:
+            if row.get("step", 0) > step and not row.get(key):
+                row[key] = True
+                marked += 1
+        if marked:
+            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text("".join(json.dumps(r, allow_nan=True) + "\n" for r in rows), encoding="utf-8")
+            os.replace(tmp, self.path)
+        return marked
+
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []

@@ -223,6 +223,8 @@ class Trainer:
         loaded = self.checkpoints.load(self._app_state(), healthy_only=True)
         plan = self.guard.plan_rollback(verdict, loaded.step, loaded.extra.get("guard"))
         self.checkpoints.discard_after(loaded.step)
+        # The steps after the checkpoint (the spike's included) were undone: their rows say so.
+        self.metrics.mark_after(loaded.step, "rolled_back")
         self.loader.load_state_dict(loaded.extra["loader"])
         skipped = self.upcoming_batches(plan.skip_from - loaded.step - 1, plan.skip_batches)
         if skipped:
