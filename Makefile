@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/tokenmill report contamination $(DEMO)/run
 	$(BIN)/tokenmill tokens stats $(DEMO)/run
 	$(BIN)/tokenmill train $(DEMO)/train.yaml
+	$(BIN)/tokenmill manifest show $(DEMO)/run
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

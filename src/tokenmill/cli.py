@@ -12,6 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tokenmill.errors import StageFailed, TokenmillError
+from tokenmill.inspect.commands import register as register_inspect
+from tokenmill.manifests.commands import register as register_manifest
 
 console = Console(stderr=True)
 
@@ -363,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--docs-per-source", type=int)
     demo.add_argument("--target-mb", type=float, help="write at least this many MB of text")
     demo.set_defaults(func=cmd_demo_data)
+    register_manifest(sub)
+    register_inspect(sub)
     return parser
 
 

@@ -1,0 +1,253 @@
+"""`tokenmill manifest diff A B` and `tokenmill manifest show RUN`: argparse wiring and rich tables.
+
+The computations live in `diff.py` and `show.py` and return plain dicts; this module only prints them.
+`--json` prints that dict and nothing else on stdout. Exit codes: 0 identical / consistent, 1 different / stale,
+2 (raised `TokenmillError`, printed by the CLI) for a path that is not a run or a manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def register(sub) -> None:
+    """Add `manifest diff` and `manifest show` to the top-level subparsers of `tokenmill`."""
+    manifest = sub.add_parser("manifest", help="compare two runs, or check a run's lineage, from their manifests")
+    manifest_sub = manifest.add_subparsers(dest="manifest_command", required=True)
+
+    diff = manifest_sub.add_parser("diff", help="what changed between two runs (or two manifests of one stage); "
+                                                "exit 0 when identical, 1 when different")
+    diff.add_argument("a", help="a run folder (the config's `output`), a stage folder, or a stage's manifest.json")
+    diff.add_argument("b", help="the same kind of path, for the other run")
+    diff.add_argument("--examples", type=int, default=3, help="documents added and removed to show per source")
+    diff.add_argument("--json", action="store_true", help="print JSON only")
+    diff.set_defaults(func=cmd_manifest_diff)
+
+    show = manifest_sub.add_parser("show", help="lineage from sources to tokens, and which stages are stale; "
+                                                "exit 0 when every stage read what is there now, 1 otherwise")
+    show.add_argument("run", help="the run folder (the config's `output`)")
+    show.add_argument("--config", help="also check ingest's source files against what this config lists now")
+    show.add_argument("--json", action="store_true", help="print JSON only")
+    show.set_defaults(func=cmd_manifest_show)
+
+
+def _out() -> Console:
+    return Console(width=max(Console().width, 120))
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=1, ensure_ascii=False))
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _d(value: int) -> str:
+    """A delta: signed, coloured when not zero."""
+    if not value:
+        return "[dim]0[/]"
+    return f"[green]+{value:,}[/]" if value > 0 else f"[red]{value:,}[/]"
+
+
+def _mb(value: int) -> str:
+    return f"{value / 1e6:.3f}"
+
+
+def _dmb(value: int) -> str:
+    if not value:
+        return "[dim]0[/]"
+    return f"[green]+{value / 1e6:.3f}[/]" if value > 0 else f"[red]{value / 1e6:.3f}[/]"
+
+
+def _table(title: str, columns: list[str], left: tuple[str, ...]) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False, min_width=len(title))
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right", no_wrap=col in left)
+    return table
+
+
+def _value(v: Any) -> str:
+    return escape(json.dumps(v, ensure_ascii=False)) if v is not None else "[dim](absent)[/]"
+
+
+# ---------------------------------------------------------------------------------------------------------- diff
+
+
+def cmd_manifest_diff(args: argparse.Namespace) -> int:
+    from tokenmill.errors import TokenmillError
+    from tokenmill.manifests.diff import diff_runs
+
+    if args.examples < 0:
+        raise TokenmillError("--examples: must be 0 or more")
+    result = diff_runs(args.a, args.b, examples=args.examples)
+    if args.json:
+        _print_json(result)
+    else:
+        print_diff(result, _out())
+    return 0 if result["identical"] else 1
+
+
+def print_diff(result: dict[str, Any], out: Console) -> None:
+    out.print(f"A: {escape(result['a'])}\nB: {escape(result['b'])}")
+    for stage in result["stages"]:
+        name, status = stage["stage"], stage["status"]
+        if status != "different":
+            colour = "green" if status == "identical" else "yellow"
+            out.print(f"\n[bold]{name}[/]: [{colour}]{status}[/]")
+            continue
+        _print_stage_diff(stage, out)
+    different = [s["stage"] for s in result["stages"] if s["status"] != "identical"]
+    out.print("\n[green]identical[/]" if result["identical"] else f"\n[yellow]different:[/] {', '.join(different)}")
+
+
+def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
+    name = stage["stage"]
+    inp = stage["input"]
+    why = []
+    if stage["config"]:
+        why.append(f"{len(stage['config'])} config key(s) changed")
+    if inp["changed"]:
+        why.append(f"its input ({inp['b']}) changed" if inp["a"] == inp["b"] else f"input {inp['a']} -> {inp['b']}")
+    if stage["schema_version"]["a"] != stage["schema_version"]["b"]:
+        why.append(f"schema version {stage['schema_version']['a']} -> {stage['schema_version']['b']}")
+    out.print(f"\n[bold]{name}[/]: [yellow]different[/] ({'; '.join(why) or 'same config and input'})")
+
+    if stage["config"]:
+        table = _table(f"{name}: config", ["key", "A", "B"], ("key", "A", "B"))
+        for c in stage["config"]:
+            table.add_row(escape(c["key"]), _value(c["a"]), _value(c["b"]))
+        out.print(table)
+
+    table = _table(f"{name}: documents and bytes (sources, and subsets that changed)",
+                   ["source", "subset", "in A", "in B", "Δ in", "kept A", "kept B", "Δ kept", "MB A",
+                    "MB B", "Δ MB"], ("source", "subset"))
+    rows = [r for r in stage["by_source"] if r["subset"] is None or any(r["delta"].values())]
+    t = stage["totals"]
+    for r in rows + [{"source": "[bold]total[/]", "subset": None, **t}]:
+        a, b, d = r["a"], r["b"], r["delta"]
+        table.add_row(r["source"] if r["source"].startswith("[") else escape(r["source"]), escape(r["subset"] or ""),
+                      _n(a["docs_in"]), _n(b["docs_in"]), _d(d["docs_in"]), _n(a["docs_out"]), _n(b["docs_out"]),
+                      _d(d["docs_out"]), _mb(a["bytes_out"]), _mb(b["bytes_out"]), _dmb(d["bytes_out"]))
+    out.print(table)
+
+    changed_drops = [r for r in stage["drops"] if r["delta"]]
+    if changed_drops:
+        table = _table(f"{name}: dropped documents that changed", ["source", "reason", "A", "B", "Δ"],
+                       ("source", "reason"))
+        for r in changed_drops:
+            table.add_row(escape(r["source"]), escape(r["reason"]), _n(r["a"]), _n(r["b"]), _d(r["delta"]))
+        out.print(table)
+
+    if stage.get("tokens"):
+        tok = stage["tokens"]
+        table = _table(f"{name}: tokens", ["split / source", "subset", "docs A", "docs B", "tokens A", "tokens B", "Δ tokens"],
+                       ("split / source", "subset"))
+        for r in tok["splits"]:
+            table.add_row(f"[bold]{escape(r['split'])}[/]", "", "", "", _n(r["a"]), _n(r["b"]), _d(r["delta"]))
+        for r in tok["by_source"]:
+            if r["subset"] is None or any(r["delta"].values()):
+                table.add_row(escape(r["source"]), escape(r["subset"] or ""), _n(r["a"]["documents"]),
+                              _n(r["b"]["documents"]), _n(r["a"]["tokens"]), _n(r["b"]["tokens"]),
+                              _d(r["delta"]["tokens"]))
+        out.print(table)
+
+    shards = stage["shards"]
+    out.print(f"{name}: shards: {len(shards['changed'])} changed content, {len(shards['only_in_a'])} only in A, "
+              f"{len(shards['only_in_b'])} only in B")
+    if shards["changed"]:
+        table = _table("", ["shard", "source", "kept A", "kept B"], ("shard", "source"))
+        for s in shards["changed"][:10]:
+            table.add_row(escape(s["path"]), escape(s["source"]), _n(s["a_docs"]), _n(s["b_docs"]))
+        out.print(table)
+        if len(shards["changed"]) > 10:
+            out.print(f"  [dim]... {len(shards['changed']) - 10} more (--json lists all)[/]")
+
+    if stage["documents"]:
+        table = _table(f"{name}: documents kept in one run only (removed: A only, added: B only)",
+                       ["source", "removed", "added"], ("source",))
+        for r in stage["documents"]:
+            table.add_row(escape(r["source"]), _n(r["removed"]), _n(r["added"]))
+        out.print(table)
+        for r in stage["documents"]:
+            for kind in ("removed", "added"):
+                for ex in r[f"{kind}_examples"]:
+                    reason = f" (dropped in {'B' if kind == 'removed' else 'A'}: {ex['other_run_drop_reason']})" \
+                        if ex["other_run_drop_reason"] else ""
+                    out.print(f"  {'-' if kind == 'removed' else '+'} {escape(r['source'])} {escape(str(ex['id']))}"
+                              f"{escape(reason)}: [dim]{escape(ex['preview'])}[/]", overflow="fold")
+
+
+# ---------------------------------------------------------------------------------------------------------- show
+
+
+def cmd_manifest_show(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.show import show_run
+
+    result = show_run(args.run, config_path=args.config)
+    if args.json:
+        _print_json(result)
+    else:
+        print_show(result, _out())
+    return 0 if result["consistent"] else 1
+
+
+_STATUS_COLOUR = {"ok": "green", "stale": "red", "input missing": "red", "stale upstream": "yellow",
+                  "incomplete": "yellow", "missing": "yellow", "inconsistent": "red"}
+
+
+def print_show(result: dict[str, Any], out: Console) -> None:
+    table = Table(title=f"lineage of {escape(result['run'])}", title_justify="left")
+    for col in ("stage", "status", "input", "docs in", "kept", "dropped", "tokens", "config", "seconds"):
+        table.add_column(col, justify="left" if col in ("stage", "status", "input", "config") else "right",
+                         no_wrap=True)
+    for r in result["stages"]:
+        status = f"[{_STATUS_COLOUR.get(r['status'], 'white')}]{r['status']}[/]"
+        if "docs_in" not in r:
+            table.add_row(r["stage"], status, escape(r["input"].get("stage") or "-"), *["-"] * 6)
+            continue
+        inp = r["input"]
+        if inp["stage"] is None:
+            where = f"{inp['source_files']['files']:,} source files"
+            mark = {True: " ✓", False: " ✗", None: ""}[inp["matches"]]
+        else:
+            where, mark = inp["stage"], " ✓" if inp["matches"] else " ✗"
+        table.add_row(r["stage"], status, escape(where + mark), _n(r["docs_in"]), _n(r["docs_out"]), _n(r["dropped"]),
+                      _n(sum(r["tokens"].values())) if r["tokens"] else "", r["config_hash"][:10],
+                      f"{r['seconds']:.1f}" if r.get("seconds") is not None else "-")
+    out.print(table)
+    out.print("[dim]input: the stage it read (✓: its recorded manifest hash is that stage's manifest now); "
+              "config: the stage's config hash[/]")
+
+    drops = _table("dropped by reason", ["stage", "reason", "docs", "% of stage input"], ("stage", "reason"))
+    for r in result["stages"]:
+        for reason, docs in sorted(r.get("drops", {}).items(), key=lambda kv: (-kv[1], kv[0])):
+            drops.add_row(r["stage"], escape(reason), _n(docs), f"{100 * docs / r['docs_in']:.2f}" if r["docs_in"] else "-")
+    if drops.row_count:
+        out.print(drops)
+    for r in result["stages"]:
+        if r.get("tokens"):
+            out.print(f"{r['stage']}: tokens " + ", ".join(f"{k} {v:,}" for k, v in r["tokens"].items()))
+
+    stages = [r["stage"] for r in result["stages"] if "by_source" in r]
+    has_tokens = any("tokens" in cell for cell in result["by_source"].values())
+    lineage = _table("documents per source after each stage", ["source", "read", *stages] + (["tokens"] if has_tokens else []),
+                     ("source",))
+    for source, cell in result["by_source"].items():
+        lineage.add_row(escape(source), _n(cell.get("read")), *(_n(cell.get(s)) for s in stages),
+                        *([_n(cell.get("tokens"))] if has_tokens else []))
+    out.print(lineage)
+
+    for r in result["stages"]:
+        for problem in r["problems"]:
+            out.print(f"[{_STATUS_COLOUR.get(r['status'], 'white')}]{r['stage']}: {escape(problem)}[/]")
+    for entry in result["superseded"]:
+        out.print(f"[dim]_superseded/{entry['time']}: {', '.join(entry['stages'])} moved aside[/]")
+    if result["consistent"]:
+        out.print("[green]every stage read the manifest of its input stage as it is now[/]")

@@ -1,0 +1,394 @@
+"""Compare two runs stage by stage: config keys, counts, drops, tokens, changed shards, documents added and removed.
+
+`diff_runs(a, b)` returns a JSON-ready dict (the shape is in docs/manifests.md); the CLI renders it. Documents are
+compared by the `id` column of the kept shards only, and only in shards whose recorded content hash differs between
+the runs (a shard with the same hash holds the same ids and texts); texts are read for the few previewed ids alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from tokenmill.errors import ManifestError, TokenmillError
+from tokenmill.manifests.manifest import MANIFEST, content_hash, read_manifest
+from tokenmill.manifests.stats import NO_SUBSET
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.registry import STAGE_ORDER
+
+log = logging.getLogger(__name__)
+
+TALLY_FIELDS = ("docs_in", "docs_out", "bytes_in", "bytes_out")
+TOKENS_FILE = "tokens.json"
+PREVIEW_CHARS = 120
+
+
+# ---------------------------------------------------------------------------------------------------------- locating
+
+
+def locate(path: str) -> tuple[Any, str, dict[str, str]]:
+    """(filesystem, the path as given, {stage: stage folder}) for a run folder, a stage folder or a manifest.json.
+
+    A run folder gives every stage folder in it that holds a manifest (a stage whose run never completed has none);
+    a stage folder or its manifest.json gives that stage alone.
+    """
+    fs, p = storage.filesystem_for(str(path))
+    p = p.rstrip("/") or "/"
+    info = fs.get_file_info(p)
+    if info.type == pafs.FileType.NotFound:
+        raise TokenmillError(f"{path}: no such file or folder")
+    if info.type == pafs.FileType.File:
+        if not p.endswith(".json"):
+            raise TokenmillError(f"{path}: expected a run folder or a stage's manifest.json")
+        stage_dir = p.rsplit("/", 1)[0] if "/" in p else "."
+        manifest = _read_json_manifest(fs, p)
+        return fs, path, {manifest["content"]["stage"]: stage_dir}
+    if storage.exists(fs, storage.join(p, MANIFEST)):
+        manifest = _read_json_manifest(fs, storage.join(p, MANIFEST))
+        return fs, path, {manifest["content"]["stage"]: p}
+    stages = {}
+    for sub in fs.get_file_info(pafs.FileSelector(p, recursive=False)):
+        name = sub.base_name
+        if sub.type == pafs.FileType.Directory and not name.startswith("_") \
+                and storage.exists(fs, storage.join(sub.path, MANIFEST)):
+            stages[name] = sub.path
+    if not stages:
+        raise TokenmillError(f"{path}: no stage manifests in it (expected <run>/<stage>/manifest.json); "
+                             f"is it the config's `output` folder, and has a stage completed?")
+    return fs, path, {s: stages[s] for s in stage_order(stages)}
+
+
+def stage_order(names: Iterable[str]) -> list[str]:
+    """Stages in pipeline order; unknown (custom) stages after the known ones, by name."""
+    names = list(names)
+    return [s for s in STAGE_ORDER if s in names] + sorted(s for s in names if s not in STAGE_ORDER)
+
+
+def _read_json_manifest(fs, path: str) -> dict[str, Any]:
+    manifest = storage.read_json(fs, path)
+    if not isinstance(manifest, dict) or "content" not in manifest or "run_info" not in manifest:
+        raise ManifestError(f"{path} is not a tokenmill manifest (missing, cut short, or no content/run_info)")
+    return manifest
+
+
+def load_manifest(fs, stage_dir: str) -> dict[str, Any]:
+    manifest = read_manifest(fs, stage_dir)
+    if manifest is None:
+        raise ManifestError(f"{storage.join(stage_dir, MANIFEST)} is missing or cut short")
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------------------- config
+
+
+def config_keys(stage: str, identity: dict[str, Any]) -> dict[str, Any]:
+    """A stage's identity flattened to dotted keys named as in the run config file.
+
+    `config` is the stage's block (`stages.<stage>.*`, `ingest.*` for ingest), `seed` the run's seed, `fractions`
+    and ingest's `sources` the per-source options (`sources.<name>.<option>`). Anything else is a value the stage
+    derives from the config (dedup's `bands`, clean's `languages`, ...) and is named `<stage>.<key>`.
+    """
+    out: dict[str, Any] = {}
+    for key, value in identity.items():
+        if key == "config":
+            _flatten(value, "ingest" if stage == "ingest" else f"stages.{stage}", out)
+        elif key == "seed":
+            out["seed"] = value
+        elif key == "fractions" and isinstance(value, dict):
+            for source, fraction in value.items():
+                out[f"sources.{source}.fraction"] = fraction
+        elif key == "sources" and isinstance(value, dict):
+            _flatten(value, "sources", out)
+        else:
+            _flatten(value, f"{stage}.{key}", out)
+    return out
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    """Dicts by key and lists of dicts by index (`overrides[0].source`); other lists are one value."""
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}", out)
+    elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        for i, v in enumerate(value):
+            _flatten(v, f"{prefix}[{i}]", out)
+    else:
+        out[prefix] = value
+
+
+def config_changes(stage: str, a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every dotted key whose value differs: `{key, a, b, change}` with change `changed`, `added` or `removed`."""
+    fa, fb = config_keys(stage, a), config_keys(stage, b)
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        if key not in fa:
+            out.append({"key": key, "a": None, "b": fb[key], "change": "added"})
+        elif key not in fb:
+            out.append({"key": key, "a": fa[key], "b": None, "change": "removed"})
+        elif fa[key] != fb[key]:
+            out.append({"key": key, "a": fa[key], "b": fb[key], "change": "changed"})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------- counts
+
+
+def _delta(a: dict[str, int], b: dict[str, int], fields: Iterable[str]) -> dict[str, Any]:
+    a = {f: a.get(f, 0) for f in fields}
+    b = {f: b.get(f, 0) for f in fields}
+    return {"a": a, "b": b, "delta": {f: b[f] - a[f] for f in a}}
+
+
+def count_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Documents and bytes in and out per source (`subset` null) and per source and subset, before and after."""
+    rows = []
+    for source in sorted(set(a) | set(b)):
+        sa, sb = a.get(source, {}), b.get(source, {})
+        rows.append({"source": source, "subset": None, **_delta(sa, sb, TALLY_FIELDS)})
+        subs_a, subs_b = sa.get("subsets", {}), sb.get("subsets", {})
+        for subset in sorted(set(subs_a) | set(subs_b)):
+            if set(subs_a) | set(subs_b) == {NO_SUBSET}:
+                continue  # a source without subsets: its one `(none)` row repeats the source's
+            rows.append({"source": source, "subset": subset,
+                         **_delta(subs_a.get(subset, {}), subs_b.get(subset, {}), TALLY_FIELDS)})
+    return rows
+
+
+def drop_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Documents dropped per source and reason, before and after (pairs that are zero on both sides left out)."""
+    rows = []
+    for source in sorted(set(a) | set(b)):
+        da, db = a.get(source, {}).get("drops", {}), b.get(source, {}).get("drops", {})
+        for reason in sorted(set(da) | set(db)):
+            x, y = da.get(reason, 0), db.get(reason, 0)
+            if x or y:
+                rows.append({"source": source, "reason": reason, "a": x, "b": y, "delta": y - x})
+    return rows
+
+
+def token_counts(fs, stage_dir: str, content: dict[str, Any]) -> dict[str, Any] | None:
+    """Tokens per split, and documents and tokens per (source, subset) (subset None: the whole source).
+
+    From the stage's tokens.json, else (no tokens.json) from the manifest's report and per-shard stats; None when
+    neither records tokens.
+    """
+    index = storage.read_json(fs, storage.join(stage_dir, TOKENS_FILE))
+    splits: dict[str, int] = {}
+    by: dict[tuple[str, str | None], dict[str, int]] = {}
+
+    def add(source: str, subset: str | None, docs: int, tokens: int) -> None:
+        cell = by.setdefault((source, subset), {"documents": 0, "tokens": 0})
+        cell["documents"] += docs
+        cell["tokens"] += tokens
+
+    if isinstance(index, dict) and "splits" in index:
+        for split, entry in index["splits"].items():
+            splits[split] = entry.get("tokens", sum(f.get("tokens", 0) for f in entry.get("files", [])))
+            for f in entry.get("files", []):
+                for source, s in f.get("by_source", {}).items():
+                    add(source, None, s.get("documents", 0), s.get("tokens", 0))
+                    for subset, sub in s.get("subsets", {}).items():
+                        if subset != NO_SUBSET or len(s.get("subsets", {})) > 1:
+                            add(source, subset, sub.get("documents", 0), sub.get("tokens", 0))
+    else:
+        report = content.get("report", {})
+        if not isinstance(report.get("tokens"), dict):
+            return None
+        splits = dict(report["tokens"])
+        for shard in content["shards"]:
+            stats = shard.get("stats") or {}
+            add(shard["source"], None, sum(stats.get("documents", {}).values()), sum(stats.get("tokens", {}).values()))
+    return {"splits": splits, "by_source": by}
+
+
+def token_rows(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    if a is None and b is None:
+        return None
+    a = a or {"splits": {}, "by_source": {}}
+    b = b or {"splits": {}, "by_source": {}}
+    splits = [{"split": s, "a": a["splits"].get(s, 0), "b": b["splits"].get(s, 0),
+               "delta": b["splits"].get(s, 0) - a["splits"].get(s, 0)} for s in sorted(set(a["splits"]) | set(b["splits"]))]
+    rows = []
+    for key in sorted(set(a["by_source"]) | set(b["by_source"]), key=lambda k: (k[0], k[1] or "")):
+        source, subset = key
+        rows.append({"source": source, "subset": subset,
+                     **_delta(a["by_source"].get(key, {}), b["by_source"].get(key, {}), ("documents", "tokens"))})
+    return {"splits": splits, "by_source": rows}
+
+
+def shard_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, list]:
+    """Kept shards by path: those whose recorded content hash differs, and those in one run only."""
+    sa, sb = {s["path"]: s for s in a}, {s["path"]: s for s in b}
+    changed = []
+    for path in sorted(set(sa) & set(sb)):
+        x, y = sa[path], sb[path]
+        if x.get("content_hash") != y.get("content_hash"):
+            changed.append({"path": path, "source": x["source"], "a_hash": x.get("content_hash"),
+                            "b_hash": y.get("content_hash"), "a_docs": x["docs_out"], "b_docs": y["docs_out"]})
+    only = lambda mine, other: [{"path": p, "source": mine[p]["source"], "docs": mine[p]["docs_out"]}
+                                for p in sorted(set(mine) - set(other))]
+    return {"changed": changed, "only_in_a": only(sa, sb), "only_in_b": only(sb, sa)}
+
+
+# ---------------------------------------------------------------------------------------------------------- documents
+
+
+class _Ids:
+    """The `id` columns of some kept shards of one stage, per source, read one shard at a time."""
+
+    def __init__(self, fs, stage_dir: str, entries: list[dict[str, Any]]):
+        self.fs, self.stage_dir = fs, stage_dir
+        self.by_source: dict[str, list[tuple[dict[str, Any], pa.Array]]] = {}
+        for entry in entries:
+            path = storage.join(stage_dir, entry["path"])
+            try:
+                ids = pq.read_table(path, columns=["id"], filesystem=fs).column("id").combine_chunks()
+            except (OSError, pa.ArrowInvalid) as err:
+                raise ManifestError(f"{path}: the manifest names this shard but it cannot be read: {err}") from None
+            self.by_source.setdefault(entry["source"], []).append((entry, ids))
+
+    def all(self, source: str) -> pa.Array:
+        arrays = [ids for _, ids in self.by_source.get(source, [])]
+        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string())
+
+    def shards_holding(self, source: str, ids: list[str]) -> list[tuple[dict[str, Any], list[str]]]:
+        wanted = pa.array(ids, pa.string())
+        out = []
+        for entry, column in self.by_source.get(source, []):
+            found = column.filter(pc.is_in(column, value_set=wanted)).to_pylist()
+            if found:
+                out.append((entry, found))
+        return out
+
+
+def _previews(fs, stage_dir: str, held: list[tuple[dict[str, Any], list[str]]]) -> dict[str, str]:
+    """The first characters of the text of these ids only (a filtered read of each shard that holds some)."""
+    out = {}
+    for entry, ids in held:
+        table = pq.read_table(storage.join(stage_dir, entry["path"]), columns=["id", "text"], filesystem=fs,
+                              filters=pc.field("id").isin(ids))
+        for row in table.to_pylist():
+            text = " ".join((row["text"] or "").split())
+            out[row["id"]] = text[:PREVIEW_CHARS] + ("..." if len(text) > PREVIEW_CHARS else "")
+    return out
+
+
+def _drop_reasons(fs, stage_dir: str, entries: list[dict[str, Any]], source: str, ids: list[str]) -> dict[str, str]:
+    """Why these ids were dropped at this stage, from its dropped shards of `source` (id and drop_reason only)."""
+    out: dict[str, str] = {}
+    if not ids:
+        return out
+    for entry in entries:
+        dropped = entry.get("dropped_path")
+        if entry["source"] != source or not dropped or not entry.get("drops"):
+            continue
+        path = storage.join(stage_dir, dropped)
+        if not storage.exists(fs, path):
+            continue
+        table = pq.read_table(path, columns=["id", "drop_reason"], filesystem=fs, filters=pc.field("id").isin(ids))
+        out.update({r["id"]: r["drop_reason"] for r in table.to_pylist()})
+        if len(out) == len(ids):
+            break
+    return out
+
+
+def document_changes(fs_a, dir_a: str, content_a: dict[str, Any], fs_b, dir_b: str, content_b: dict[str, Any],
+                     examples: int = 3) -> list[dict[str, Any]]:
+    """Per source: documents kept in A and not in B (removed) and in B and not in A (added), with a few examples.
+
+    Only shards whose content hash differs (or that one run lacks) are read, and only their `id` column. An
+    example carries the first characters of its text and, when the other run dropped it at this stage, the reason.
+    """
+    sa, sb = {s["path"]: s for s in content_a["shards"]}, {s["path"]: s for s in content_b["shards"]}
+    same = {p for p in set(sa) & set(sb) if sa[p].get("content_hash") == sb[p].get("content_hash")}
+    ids_a = _Ids(fs_a, dir_a, [s for p, s in sorted(sa.items()) if p not in same])
+    ids_b = _Ids(fs_b, dir_b, [s for p, s in sorted(sb.items()) if p not in same])
+    out = []
+    for source in sorted(set(ids_a.by_source) | set(ids_b.by_source)):
+        all_a, all_b = ids_a.all(source), ids_b.all(source)
+        removed = all_a.filter(pc.invert(pc.is_in(all_a, value_set=all_b)))
+        added = all_b.filter(pc.invert(pc.is_in(all_b, value_set=all_a)))
+        if not len(removed) and not len(added):
+            continue
+        row: dict[str, Any] = {"source": source, "removed": len(removed), "added": len(added)}
+        for name, ids, mine, fs, stage_dir, other_fs, other_dir, other_content in (
+                ("removed", removed, ids_a, fs_a, dir_a, fs_b, dir_b, content_b),
+                ("added", added, ids_b, fs_b, dir_b, fs_a, dir_a, content_a)):
+            few = ids.slice(0, examples).to_pylist()
+            previews = _previews(fs, stage_dir, mine.shards_holding(source, few)) if few else {}
+            reasons = _drop_reasons(other_fs, other_dir, other_content["shards"], source, few)
+            row[f"{name}_examples"] = [{"id": i, "preview": previews.get(i, ""), "other_run_drop_reason": reasons.get(i)}
+                                       for i in few]
+        out.append(row)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------- stages
+
+
+def _input_hash(content: dict[str, Any]) -> str | None:
+    return content["input"].get("manifest_hash") or content["input"].get("hash")
+
+
+def diff_stage(stage: str, fs_a, dir_a: str, fs_b, dir_b: str, examples: int = 3) -> dict[str, Any]:
+    """Everything that differs in one stage between two runs; `identical` when the manifests' content is equal."""
+    ma, mb = load_manifest(fs_a, dir_a), load_manifest(fs_b, dir_b)
+    ca, cb = ma["content"], mb["content"]
+    identical = content_hash(ca) == content_hash(cb)
+    tokens = token_rows(token_counts(fs_a, dir_a, ca), token_counts(fs_b, dir_b, cb)) if stage == "tokenize" else None
+    out: dict[str, Any] = {
+        "stage": stage,
+        "status": "identical" if identical else "different",
+        "content_hash": {"a": content_hash(ca), "b": content_hash(cb)},
+        "config_hash": {"a": ca["config_hash"], "b": cb["config_hash"]},
+        "input": {"a": ca["input"].get("stage", "source files"), "b": cb["input"].get("stage", "source files"),
+                  "changed": _input_hash(ca) != _input_hash(cb)},
+        "schema_version": {"a": ca.get("schema_version"), "b": cb.get("schema_version")},
+        "config": config_changes(stage, ca["config"], cb["config"]),
+        "totals": _delta(ca["totals"], cb["totals"], TALLY_FIELDS),
+        "by_source": count_rows(ca["by_source"], cb["by_source"]),
+        "drops": drop_rows(ca["by_source"], cb["by_source"]),
+        "tokens": tokens,
+        "shards": {"changed": [], "only_in_a": [], "only_in_b": []},
+        "documents": [],
+    }
+    if not identical:
+        out["shards"] = shard_changes(ca["shards"], cb["shards"])
+        out["documents"] = document_changes(fs_a, dir_a, ca, fs_b, dir_b, cb, examples)
+    return out
+
+
+def diff_runs(a: str, b: str, examples: int = 3) -> dict[str, Any]:
+    """Compare two run folders (or two manifests of one stage); see docs/manifests.md for the shape."""
+    fs_a, _, stages_a = locate(a)
+    fs_b, _, stages_b = locate(b)
+    for path, one, other, other_path in ((a, stages_a, stages_b, b), (b, stages_b, stages_a, a)):
+        if _is_stage_path(path):
+            # One side names a single stage: compare that stage alone, wherever the other side holds it.
+            (stage,) = one
+            if stage not in other:
+                raise TokenmillError(f"cannot compare stage {stage!r} of {path} with {other_path}, which holds "
+                                     f"no completed {stage!r} stage (it holds: {', '.join(other)})")
+            stages_a, stages_b = {stage: stages_a[stage]}, {stage: stages_b[stage]}
+            break
+    stages = []
+    for stage in stage_order(set(stages_a) | set(stages_b)):
+        if stage not in stages_b:
+            stages.append({"stage": stage, "status": "only in a"})
+        elif stage not in stages_a:
+            stages.append({"stage": stage, "status": "only in b"})
+        else:
+            stages.append(diff_stage(stage, fs_a, stages_a[stage], fs_b, stages_b[stage], examples))
+    return {"a": str(a), "b": str(b), "identical": all(s["status"] == "identical" for s in stages), "stages": stages}
+
+
+def _is_stage_path(path: str) -> bool:
+    """Whether a path names one stage (its folder or its manifest.json) rather than a run folder."""
+    fs, p = storage.filesystem_for(str(path))
+    p = p.rstrip("/")
+    return fs.get_file_info(p).type == pafs.FileType.File or storage.exists(fs, storage.join(p, MANIFEST))
