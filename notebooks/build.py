@@ -1,0 +1,125 @@
+"""Write the notebooks of this folder from the cells below, without outputs: `python notebooks/build.py`.
+
+Edit here, not in the .ipynb files, so that a change is a readable diff. Every notebook reads a run folder
+(`TOKENMILL_RUN`, default the demo run `make demo` writes) through `tokenmill.inspect`; training.ipynb reads a
+training output folder (`TOKENMILL_TRAIN`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+IMPORTS = '''\
+import os
+
+%matplotlib inline
+import tokenmill.inspect as ti
+from tokenmill.inspect import plots
+from tokenmill.inspect import table
+
+'''
+SETUP = IMPORTS + 'RUN = os.environ.get("TOKENMILL_RUN", "../build/demo/run")  # parameter: a run folder (the config\'s `output`)\n'
+TRAIN_SETUP = IMPORTS + ('TRAIN = os.environ.get("TOKENMILL_TRAIN", "../build/demo/run/train")  '
+                         "# parameter: a train config's `output`\n")
+
+NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
+    "inspect_samples": [
+        ("md", "# Samples of a run\nRandom kept documents per source, dropped ones per reason, a document before and "
+               "after cleaning, and escape leaks (docs/clean.md). `SEED` picks other documents."),
+        ("code", SETUP + 'SEED = 0\nSTAGE = "clean"'),
+        ("md", "## Kept documents, two per source"),
+        ("code", 'for source, rows in ti.samples_per_source(RUN, STAGE, n=2, seed=SEED).items():\n'
+                 '    display(table(rows, ["id", "source", "subset", "lang", "text"], max_chars=400))'),
+        ("md", "## Dropped documents: counts per reason, then one example of each"),
+        ("code", "plots.drop_bars(RUN, STAGE)"),
+        ("code", 'table(ti.drop_counts(RUN, STAGE))'),
+        ("code", 'rows = [r for rs in ti.samples_per_reason(RUN, STAGE, n=1, seed=SEED).values() for r in rs]\n'
+                 'table(rows, ["drop_reason", "id", "source", "subset", "text"], max_chars=400)'),
+        ("md", "## A document before and after cleaning\nOne that an escape repair changed; set `DOC_ID` for another."),
+        ("code", 'DOC_ID = None\n'
+                 'doc = ti.before_after(RUN, DOC_ID, seed=SEED, step="escape_repair" if DOC_ID is None else None)\n'
+                 'print(doc["id"], doc["source"], doc["clean_steps"], doc["escape_counts"], doc["drop_reason"])\n'
+                 'print("\\n".join(doc["diff"][:40]))'),
+        ("md", "## Escape leaks\nPer source, then examples: dropped (`escape_<kind>`), repaired, flagged."),
+        ("code", "table(ti.leak_summary(RUN))"),
+        ("code", 'table(ti.escape_leaks(RUN, n=3, seed=SEED), max_chars=400)'),
+    ],
+    "dedup_clusters": [
+        ("md", "# Duplicate clusters\nWhat the dedup stage found (docs/dedup.md): cluster sizes, then the largest "
+               "clusters side by side, each member with its Jaccard similarity to the document that removed it."),
+        ("code", SETUP + "K = 3"),
+        ("code", "plots.cluster_size_bars(RUN)"),
+        ("code", "table(ti.cluster_summary(RUN))"),
+        ("code", 'for c in ti.largest_clusters(RUN, k=K, chars=600):\n'
+                 '    print(f"cluster {c[\'cluster\']}: {c[\'size\']} documents")\n'
+                 '    display(table(c["members"], ["id", "source", "kept", "reason", "removed_by", "jaccard", "text"],'
+                 ' max_chars=600))'),
+    ],
+    "tokens": [
+        ("md", "# Tokens\nThe tokenize stage's output (docs/tokenize.md): tokens per source, document lengths, and "
+               "documents decoded back from the token files."),
+        ("code", SETUP + 'SEED = 0\nSPLIT = "train"'),
+        ("code", "plots.tokens_per_source(RUN)"),
+        ("code", "table(ti.token_counts(RUN))"),
+        ("code", "plots.length_histograms(RUN, SPLIT)"),
+        ("code", "table(ti.length_percentiles(RUN, SPLIT))"),
+        ("code", 'for d in ti.decoded_samples(RUN, n=3, seed=SEED, split=SPLIT):\n'
+                 '    print(f"--- {d[\'source\']} {d[\'id\']} ({d[\'tokens\']} tokens, {d[\'prefix\']} #{d[\'index\']})")\n'
+                 '    print(d["text"])'),
+    ],
+    "contamination": [
+        ("md", "# Contamination\nEvaluation-set items found in the corpus by the decontaminate stage "
+               "(docs/decontaminate.md), per evaluation set and source, and the matched text."),
+        ("code", SETUP + "SEED = 0"),
+        ("code", "table(ti.evalset_summary(RUN))"),
+        ("code", "plots.contamination_bars(RUN)"),
+        ("code", "table(ti.contamination_hits(RUN))"),
+        ("code", 'table(ti.hit_examples(RUN, n=5, seed=SEED), max_chars=400)'),
+    ],
+    "training": [
+        ("md", "# Training\nA `tokenmill train` output folder: loss and valid loss, learning rate and gradient norm "
+               "against step, spikes and rollbacks marked, and the documents of the batch behind each rollback."),
+        ("code", TRAIN_SETUP),
+        ("code", "plots.training_curves(TRAIN)"),
+        ("code", 'm = ti.training_metrics(TRAIN)\nlast = m["train"][-1]\n'
+                 'print(f"{len(m[\'train\'])} steps logged, last step {last[\'step\']}: loss {last[\'loss\']:.4f}, "\n'
+                 '      f"{last[\'tokens\']:,} tokens, {last[\'tokens_per_s\']:,.0f} tokens/s, rollbacks {last[\'rollbacks\']}")\n'
+                 'table(m["valid"])'),
+        ("md", "## Events\nResumes, rollbacks (reason, skipped batches, learning-rate scale) and skips."),
+        ("code", 'events = ti.training_events(TRAIN)\n'
+                 'table([{k: v for k, v in e.items() if k != "documents"} for e in events])'),
+        ("code", 'table(ti.event_documents(TRAIN), ["step", "reason", "batch", "sample_in_batch", "source", "id", '
+                 '"document_tokens", "preview"], max_chars=200)'),
+    ],
+}
+
+
+def build(name: str, cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=[new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells])
+    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                   "language_info": {"name": "python"}}
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"{name}-{i}"  # stable ids: rebuilding gives the same bytes
+    return nb
+
+
+def main(out_dir: Path = HERE) -> list[Path]:
+    paths = []
+    for name, cells in NOTEBOOKS.items():
+        nb = build(name, cells)
+        nbformat.validate(nb)
+        path = out_dir / f"{name}.ipynb"
+        nbformat.write(nb, str(path))
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE):
+        print(p)

@@ -1,0 +1,108 @@
+"""The tokenize stage's output (docs/tokenize.md): tokens per source and split from ``tokens.json``, document lengths
+in tokens from the ``.docs.parquet`` sidecars, and documents decoded back from the ``.bin/.idx`` files with the
+run's own ``tokenizer.json`` (HF ``tokenizers``), so what the loader will feed can be read as text.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tokenmill.errors import TokenmillError
+from tokenmill.inspect.runs import stage_dir
+
+
+def token_index(run=None) -> dict:
+    """``tokenize/tokens.json``: per split its files (prefix, documents, tokens, by_source), the tokenizer, dtype."""
+    path = stage_dir(run, "tokenize") / "tokens.json"
+    if not path.is_file():
+        raise TokenmillError(f"{path} does not exist: the tokenize stage has not completed")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def token_counts(run=None) -> list[dict]:
+    """Per split and source: documents and tokens (the end-of-text token of each document included)."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for split, entry in token_index(run)["splits"].items():
+        for f in entry["files"]:
+            for source, s in f["by_source"].items():
+                cell = out.setdefault((split, source), {"documents": 0, "tokens": 0})
+                cell["documents"] += s["documents"]
+                cell["tokens"] += s["tokens"]
+    return [{"split": sp, "source": so, **c} for (sp, so), c in sorted(out.items())]
+
+
+def _sidecars(run, split: str | None) -> list[tuple[str, str, Path]]:
+    """(split, prefix, sidecar path) of every token file, in the index's order."""
+    folder = stage_dir(run, "tokenize")
+    splits = token_index(run)["splits"]
+    if split is not None and split not in splits:
+        raise TokenmillError(f"no split {split!r} in {folder / 'tokens.json'}; splits: {', '.join(splits)}")
+    return [(sp, f["prefix"], folder / (f["prefix"] + ".docs.parquet"))
+            for sp, entry in splits.items() if split in (None, sp) for f in entry["files"]]
+
+
+def document_lengths(run=None, split: str | None = "train") -> dict[str, np.ndarray]:
+    """Tokens per document (end-of-text included), per source, from the sidecars of ``split`` (None: all)."""
+    lengths: dict[str, list[int]] = {}
+    for _, _, path in _sidecars(run, split):
+        t = pq.read_table(path, columns=["source", "tokens"])
+        for source, n in zip(t["source"].to_pylist(), t["tokens"].to_pylist()):
+            lengths.setdefault(source, []).append(n)
+    return {s: np.asarray(v, dtype=np.int64) for s, v in sorted(lengths.items())}
+
+
+def length_histogram(run=None, split: str | None = "train", bins: int = 30) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Document lengths binned on shared log-spaced edges: ``(edges, {source: counts})``."""
+    lengths = document_lengths(run, split)
+    values = np.concatenate(list(lengths.values())) if lengths else np.array([1])
+    edges = np.unique(np.geomspace(max(1, values.min()), max(2, values.max()) + 1, bins + 1).round())
+    return edges, {s: np.histogram(v, bins=edges)[0] for s, v in lengths.items()}
+
+
+def length_percentiles(run=None, split: str | None = "train", q=(10, 50, 90, 99)) -> list[dict]:
+    """Per source: documents, tokens, and length percentiles ``p10``, ``p50``, ..."""
+    return [{"source": s, "documents": len(v), "tokens": int(v.sum()),
+             **{f"p{p}": int(x) for p, x in zip(q, np.percentile(v, q))}}
+            for s, v in document_lengths(run, split).items()]
+
+
+def tokenizer(run=None):
+    """The run's tokenizer (``tokenize/tokenizer.json``) as ``tokenmill.tokenize.tokenizer.LoadedTokenizer``."""
+    from tokenmill.tokenize.tokenizer import load_tokenizer
+
+    info = token_index(run)["tokenizer"]
+    return load_tokenizer(str(stage_dir(run, "tokenize") / info.get("file", "tokenizer.json")), info["eos_token"])
+
+
+def decoded_samples(run=None, n: int = 3, seed: int = 0, split: str | None = "train", source: str | None = None,
+                    max_tokens: int | None = 200) -> list[dict]:
+    """``n`` random documents read back from the token files and decoded (first ``max_tokens`` tokens).
+
+    Each: split, prefix, index (sequence in its file), id, source, subset, tokens (the document's count, end-of-text
+    included), ends_with_eos, and text.
+    """
+    from tokenmill.tokenize.indexed import IndexedReader
+
+    candidates = []
+    for sp, prefix, path in _sidecars(run, split):
+        t = pq.read_table(path, columns=["id", "source", "subset", "tokens"]).to_pylist()
+        candidates += [(sp, prefix, i, row) for i, row in enumerate(t) if source in (None, row["source"])]
+    if source is not None and not candidates:
+        raise TokenmillError(f"no tokenized documents of source {source!r}")
+    chosen = sorted(random.Random(seed).sample(range(len(candidates)), min(n, len(candidates))))
+    tok = tokenizer(run)
+    folder = stage_dir(run, "tokenize")
+    out = []
+    for k in chosen:
+        sp, prefix, i, row = candidates[k]
+        seq = IndexedReader(str(folder / prefix))[i]
+        ends = bool(len(seq)) and int(seq[-1]) == tok.eos_id
+        body = seq[:-1] if ends else seq
+        out.append({"split": sp, "prefix": prefix, "index": i, **row, "ends_with_eos": ends,
+                    "text": tok.decode([int(x) for x in body[:max_tokens]])})
+    return out

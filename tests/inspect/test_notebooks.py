@@ -1,0 +1,50 @@
+"""Every notebook executes on a small real run (and a training run) and draws its plots; the committed notebooks are
+what notebooks/build.py writes, without outputs."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat, nbclient and ipykernel (test extra)")
+pytest.importorskip("nbclient", reason="the notebook tests need nbclient (test extra)")
+pytest.importorskip("ipykernel", reason="nbclient needs ipykernel for a python3 kernel (test extra)")
+pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib (notebooks extra)")
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+NAMES = ["inspect_samples", "dedup_clusters", "tokens", "contamination", "training"]
+
+
+def _build_module():
+    spec = importlib.util.spec_from_file_location("notebooks_build", NOTEBOOKS / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_notebooks_are_the_generated_ones_without_outputs(tmp_path):
+    build = _build_module()
+    assert sorted(build.NOTEBOOKS) == sorted(NAMES)
+    for path in build.main(tmp_path):
+        committed = NOTEBOOKS / path.name
+        assert committed.read_bytes() == path.read_bytes(), f"{committed}: rerun `python notebooks/build.py`"
+        nb = nbformat.read(str(committed), as_version=4)
+        assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_executes_and_plots(name, small_run, train_output, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("TOKENMILL_RUN", str(small_run))
+    monkeypatch.setenv("TOKENMILL_TRAIN", str(train_output))
+    monkeypatch.setenv("MPLBACKEND", "Agg")  # `%matplotlib inline` in the notebook takes over in the kernel
+    nb = nbformat.read(str(NOTEBOOKS / f"{name}.ipynb"), as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs), f"{name}: no plot"
+    assert any("text/html" in o.get("data", {}) or o.output_type == "stream" for o in outputs), f"{name}: no table"
