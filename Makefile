@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := build/demo
 
-.PHONY: demo test test-all bench lock clean
+.PHONY: demo test test-all bench lock clean golden
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ demo: $(STAMP)
 	$(BIN)/tokenmill tokens stats $(DEMO)/run
 	$(BIN)/tokenmill train $(DEMO)/train.yaml
 	$(BIN)/tokenmill manifest show $(DEMO)/run
+
+# Rerun the demo exactly as `make demo` does, in its own folder, and rewrite manifests/ from it: commit the result
+# with any change that alters what the pipeline keeps, drops or emits.
+golden: $(STAMP)
+	rm -rf build/golden
+	$(BIN)/tokenmill demo-data build/golden
+	$(BIN)/tokenmill run build/golden/demo.yaml
+	$(BIN)/python -m tokenmill.manifests.golden write build/golden/run --dest manifests
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

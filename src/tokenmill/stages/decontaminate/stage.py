@@ -4,6 +4,7 @@ excise (or drop) the matches that are not common phrases, recording every hit.""
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,6 +23,8 @@ from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.decontaminate.evalsets import load_evalset
 from tokenmill.stages.decontaminate.excise import excise
 from tokenmill.stages.decontaminate.ngrams import EvalIndex, build_index, find_matches
+
+log = logging.getLogger(__name__)
 
 CJK = ("zh", "ja")
 HITS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("subset", pa.string()),
@@ -59,7 +62,9 @@ class BuildIndex(Phase):
                     yield config.name, f.item, f.field, f.text, config.language
 
         index = build_index(fields(), word_n=stage.config.word_n, char_n=stage.config.char_n)
-        summary = {"seconds": round(time.perf_counter() - started, 3), "ngrams": int(len(index.hashes)),
+        # Manifest content must be the same run to run: the build time goes to the log and run_info, not here.
+        log.info("decontaminate index: %d n-grams in %.3f s", len(index.hashes), time.perf_counter() - started)
+        summary = {"ngrams": int(len(index.hashes)),
                    "bytes": int(index.nbytes()), "items": {k: len(v) for k, v in sorted(items.items())},
                    "skipped_short_fields": dict(sorted(index.skipped_short_fields.items()))}
         return {"index": index, "summary": summary}
