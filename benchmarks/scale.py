@@ -1,0 +1,115 @@
+"""Scale run: a generated corpus of >= 10 GB through every stage on this machine, and a projection to The Pile.
+
+Per stage: wall seconds, text MB in, MB/s, MB/s per core (cores = the workers Ray ran), the largest peak RSS of
+any worker task and of the driver, disk written (the stage's folder, and for dedup its phase files: the shuffle).
+Then a projection for The Pile (825 GB of text) on a cluster, shown as the computation from the measured per-core
+throughput and the measured dedup shuffle volume per input GB. Prints JSON; `--gb` sets the size.
+
+    python benchmarks/scale.py --gb 10 [--dir bench] [--nodes 64 --cores-per-node 32 --nic-gbit 25]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# benchmarks/tokenize.py would shadow the standard library's tokenize: drop this folder from the path.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+STAGES = ("ingest", "sample", "clean", "dedup", "decontaminate", "tokenize")
+PILE_GB = 825.0
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def projection(stages: dict, gb_in: float, args) -> dict:
+    """Hours for The Pile on `nodes` x `cores_per_node`: per stage, text MB / (MB/s per core x cores), and the dedup
+    shuffle (bytes per input GB x 825 GB, spread over the nodes' NICs) added to dedup."""
+    cores = args.nodes * args.cores_per_node
+    out, total = {}, 0.0
+    for name, s in stages.items():
+        if not s.get("mb_per_s_per_core"):
+            continue
+        text_mb = PILE_GB * 1e3 * s["text_mb_in"] / (gb_in * 1e3)
+        hours = text_mb / (s["mb_per_s_per_core"] * cores) / 3600
+        out[name] = {"text_mb": round(text_mb), "formula": f"{text_mb:,.0f} MB / ({s['mb_per_s_per_core']} MB/s x "
+                     f"{cores} cores) / 3600", "hours": round(hours, 3)}
+        total += hours
+    shuffle = stages.get("dedup", {}).get("shuffle_bytes", 0)
+    if shuffle:
+        pile_shuffle_gb = shuffle / 1e9 * PILE_GB / gb_in
+        # Each node sends and receives its share once; the NICs work in parallel.
+        hours = pile_shuffle_gb * 8 / (args.nic_gbit * args.nodes) / 3600
+        out["dedup_shuffle"] = {"gb": round(pile_shuffle_gb, 1), "formula": f"{pile_shuffle_gb:,.1f} GB x 8 / "
+                                f"({args.nic_gbit} Gbit/s x {args.nodes} nodes) / 3600", "hours": round(hours, 4)}
+        total += hours
+    out["total_hours"] = round(total, 2)
+    out["assumes"] = (f"{args.nodes} nodes x {args.cores_per_node} cores at this machine's per-core speed, linear "
+                      "scaling across nodes (every stage is embarrassingly parallel but dedup's cluster phase, "
+                      "one task here), storage fast enough not to limit")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=10.0, help="text to generate, in GB")
+    parser.add_argument("--dir", default="bench")
+    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--cores-per-node", type=int, default=32)
+    parser.add_argument("--nic-gbit", type=float, default=25.0)
+    args = parser.parse_args()
+
+    from tokenmill.demo import write_demo_corpus
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.ray_cluster import start_local
+    from tokenmill.pipeline.runner import run_pipeline
+
+    root = Path(args.dir) / f"scale-{args.gb:g}gb"
+    corpus = root / "corpus"
+    generated = None
+    if not (corpus / ".complete").exists():
+        t = time.perf_counter()
+        write_demo_corpus(corpus, target_bytes=int(args.gb * 1e9))
+        (corpus / ".complete").touch()
+        generated = round(time.perf_counter() - t, 1)
+    config = load_config(corpus / "demo.yaml")
+    # Production-sized shards; the demo's are small so that its few MB still spread over tasks.
+    config = config.model_copy(update={"output": str(root / "run"),
+                                       "ingest": config.ingest.model_copy(update={"docs_per_shard": 20_000})})
+    start_local(num_cpus=args.workers)
+    result: dict = {"corpus_gb_target": args.gb, "corpus_files_bytes": du(corpus), "cpus": os.cpu_count(),
+                    "workers": args.workers, "generate_seconds": generated, "stages": {}}
+    for stage in STAGES:
+        start = time.perf_counter()
+        (report,) = [r for r in run_pipeline(config, only=stage, workers=args.workers) if r.stage == stage]
+        wall = time.perf_counter() - start
+        manifest = json.loads(Path(report.manifest).read_text())
+        info = manifest["run_info"]
+        mb = report.totals["bytes_in"] / 1e6
+        folder = Path(config.output) / stage
+        entry = {"seconds": round(wall, 1), "docs_in": report.totals["docs_in"], "text_mb_in": round(mb, 1),
+                 "mb_per_s": round(mb / wall, 2), "mb_per_s_per_core": round(mb / wall / args.workers, 3),
+                 "max_worker_peak_rss_mb": max((p.get("max_worker_peak_rss_mb", 0) for p in
+                                                info.get("phases", {}).values()), default=None),
+                 "driver_peak_rss_mb": info.get("driver_peak_rss_mb"), "disk_written_bytes": du(folder)}
+        if stage == "dedup":
+            entry["shuffle_bytes"] = du(folder / "_work")
+            entry["phase_bytes"] = {p.name: du(p) for p in sorted((folder / "_work").iterdir()) if p.is_dir()}
+        result["stages"][stage] = entry
+        print(f"{stage}: {json.dumps(entry)}", file=sys.stderr, flush=True)
+    gb_in = result["stages"]["ingest"]["text_mb_in"] / 1e3
+    result["projection_the_pile"] = projection(result["stages"], gb_in, args)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
