@@ -221,3 +221,16 @@ def test_config_keys_are_named_as_in_the_config_file():
         "stages.clean.stop": ["a", "b"], "seed": 1, "sources.web.fraction": 0.5, "clean.bands": 9}
     assert config_keys("ingest", {"config": {"docs_per_shard": 10}, "sources": {"web": {"format": "jsonl"}}}) == {
         "ingest.docs_per_shard": 10, "sources.web.format": "jsonl"}
+
+
+def test_report_changes_name_the_keys():
+    from tokenmill.manifests.diff import report_changes
+
+    a = {"index": {"ngrams": 10, "seconds": 0.5}, "summary": ["x"]}
+    b = {"index": {"ngrams": 12}, "summary": ["x"], "hits": 3}
+    assert report_changes(a, b) == [
+        {"key": "report.hits", "a": None, "b": 3, "change": "added"},
+        {"key": "report.index.ngrams", "a": 10, "b": 12, "change": "changed"},
+        {"key": "report.index.seconds", "a": 0.5, "b": None, "change": "removed"},
+    ]
+    assert report_changes(a, a) == []

@@ -117,7 +117,14 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
         why.append(f"its input ({inp['b']}) changed" if inp["a"] == inp["b"] else f"input {inp['a']} -> {inp['b']}")
     if stage["schema_version"]["a"] != stage["schema_version"]["b"]:
         why.append(f"schema version {stage['schema_version']['a']} -> {stage['schema_version']['b']}")
+    if stage.get("report") and not why:
+        why.append(f"same config and input; {len(stage['report'])} report value(s) differ")
     out.print(f"\n[bold]{name}[/]: [yellow]different[/] ({'; '.join(why) or 'same config and input'})")
+    if stage.get("report"):
+        table = _table(f"{name}: report", ["key", "A", "B"], ("key", "A", "B"))
+        for c in stage["report"]:
+            table.add_row(escape(c["key"]), _value(c["a"]), _value(c["b"]))
+        out.print(table)
 
     if stage["config"]:
         table = _table(f"{name}: config", ["key", "A", "B"], ("key", "A", "B"))

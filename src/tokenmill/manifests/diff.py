@@ -331,6 +331,19 @@ def document_changes(fs_a, dir_a: str, content_a: dict[str, Any], fs_b, dir_b: s
 # ---------------------------------------------------------------------------------------------------------- stages
 
 
+def report_changes(a: dict[str, Any], b: dict[str, Any], limit: int = 50) -> list[dict[str, Any]]:
+    """Keys of the stages' reports (flattened, dotted) whose values differ: what changed when nothing else did."""
+    fa, fb = {}, {}
+    _flatten(a or {}, "report", fa)
+    _flatten(b or {}, "report", fb)
+    keys = sorted(k for k in set(fa) | set(fb) if fa.get(k, _MISSING) != fb.get(k, _MISSING))
+    return [{"key": k, "a": fa.get(k), "b": fb.get(k),
+             "change": "added" if k not in fa else "removed" if k not in fb else "changed"} for k in keys[:limit]]
+
+
+_MISSING = object()
+
+
 def _input_hash(content: dict[str, Any]) -> str | None:
     return content["input"].get("manifest_hash") or content["input"].get("hash")
 
@@ -350,6 +363,7 @@ def diff_stage(stage: str, fs_a, dir_a: str, fs_b, dir_b: str, examples: int = 3
                   "changed": _input_hash(ca) != _input_hash(cb)},
         "schema_version": {"a": ca.get("schema_version"), "b": cb.get("schema_version")},
         "config": config_changes(stage, ca["config"], cb["config"]),
+        "report": report_changes(ca.get("report", {}), cb.get("report", {})),
         "totals": _delta(ca["totals"], cb["totals"], TALLY_FIELDS),
         "by_source": count_rows(ca["by_source"], cb["by_source"]),
         "drops": drop_rows(ca["by_source"], cb["by_source"]),
