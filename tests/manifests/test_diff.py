@@ -3,7 +3,6 @@ drops it changed and the documents it removed, checked against the ids in the sh
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -13,8 +12,8 @@ import pytest
 import yaml
 
 from tokenmill.demo import write_demo_corpus
+from tokenmill.cli import main as cli
 from tokenmill.errors import TokenmillError
-from tokenmill.manifests.commands import register
 from tokenmill.manifests.diff import config_keys, diff_runs
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.runner import run_pipeline
@@ -22,17 +21,6 @@ from tokenmill.pipeline.runner import run_pipeline
 pytestmark = pytest.mark.ray
 
 MIN_WORDS_KEY = "stages.clean.quality.gopher_quality.min_doc_words"
-
-
-def cli(argv: list[str]) -> int:
-    """`tokenmill manifest ...` as the CLI runs it: a TokenmillError exits 2."""
-    parser = argparse.ArgumentParser(prog="tokenmill")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except TokenmillError:
-        return 2
 
 
 def write_config(root: Path, name: str, edit=None) -> Path:

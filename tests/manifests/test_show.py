@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -11,25 +10,14 @@ import pytest
 import yaml
 
 from tokenmill.demo import write_demo_corpus
+from tokenmill.cli import main as cli
 from tokenmill.errors import TokenmillError
-from tokenmill.manifests.commands import register
 from tokenmill.manifests.manifest import content_hash
 from tokenmill.manifests.show import show_run
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.runner import run_pipeline
 
 pytestmark = pytest.mark.ray
-
-
-def cli(argv: list[str]) -> int:
-    """`tokenmill manifest ...` as the CLI runs it: a TokenmillError exits 2."""
-    parser = argparse.ArgumentParser(prog="tokenmill")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except TokenmillError:
-        return 2
 
 
 def write_config(root: Path, name: str, edit=None) -> Path:
