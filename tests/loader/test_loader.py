@@ -50,8 +50,9 @@ def test_unshuffled_single_source_equals_concatenate_and_cut(data):
     assert inputs.dtype == torch.int64 and inputs.shape[1] == SEQ
 
 
-def test_position_ids_restart_at_document_starts(data):
-    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=8, position_ids=True)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_position_ids_restart_at_document_starts(data, workers):
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=8, position_ids=True, num_workers=workers)
     for batch in _take(loader, 5):
         for ids, pos in zip(batch["input_ids"].tolist(), batch["position_ids"].tolist()):
             assert pos[0] == 0
