@@ -122,8 +122,52 @@ def write_manifest(fs, stage_dir: str, content: dict[str, Any], run_info: dict[s
 
 
 def read_manifest(fs, stage_dir: str) -> dict[str, Any] | None:
-    """A stage's manifest, or None when the stage has not completed."""
-    manifest = storage.read_json(fs, storage.join(stage_dir, MANIFEST))
-    if manifest is not None and ("content" not in manifest or "run_info" not in manifest):
-        raise ManifestError(f"{storage.join(stage_dir, MANIFEST)} is not a tokenmill manifest")
+    """A stage's manifest, or None when the stage has not completed.
+
+    Raises ManifestError for a file that is not a manifest, or whose shards name a path outside the stage's
+    `shards/` and `dropped/` folders (an edited manifest must not make a later stage read elsewhere).
+    """
+    where = storage.join(stage_dir, MANIFEST)
+    manifest = storage.read_json(fs, where)
+    if manifest is None:
+        return None
+    if not isinstance(manifest, dict) or "content" not in manifest or "run_info" not in manifest:
+        raise ManifestError(f"{where} is not a tokenmill manifest")
+    shards = manifest["content"].get("shards") if isinstance(manifest["content"], dict) else None
+    if not isinstance(shards, list):
+        raise ManifestError(f"{where} is not a tokenmill manifest: content.shards is not a list")
+    check_entry_paths(shards, where)
     return manifest
+
+
+SHARD_FOLDERS = {"path": "shards", "dropped_path": "dropped"}
+"""The folder, inside the stage folder, each path field of a shard entry must lie in."""
+
+
+def unsafe_path(path: Any, folder: str | None = None) -> str | None:
+    """Why `path` may not be used as a file inside a stage folder (under `folder/` when given), else None."""
+    if not isinstance(path, str) or not path:
+        return "not a path"
+    if path.startswith(("/", "\\")) or "\\" in path or ":" in path.split("/", 1)[0] or "\x00" in path:
+        return "not a relative path"
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "not a plain relative path (empty, '.' or '..' parts)"
+    if folder is not None and (len(parts) != 2 or parts[0] != folder):
+        return f"not a file directly in {folder}/"
+    return None
+
+
+def check_entry_paths(entries: Iterable[Any], where: str) -> None:
+    """Every shard entry's `path` and `dropped_path` lie in the stage folder's `shards/` and `dropped/`."""
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ManifestError(f"{where}: a shard entry is not an object: {entry!r:.100}")
+        for field, folder in SHARD_FOLDERS.items():
+            value = entry.get(field)
+            if value is None and field == "dropped_path":
+                continue
+            why = unsafe_path(value, folder)
+            if why is not None:
+                raise ManifestError(f"{where}: shard {field} {value!r:.200} is {why}; refusing to read or write "
+                                    f"outside the run folder (was the file edited? rerun the stage that wrote it)")

@@ -219,12 +219,22 @@ def load_config(path: str | os.PathLike) -> RunConfig:
 
 
 def check_paths(config: RunConfig) -> None:
-    """Every source pattern must match at least one file; an error names the key."""
+    """Every path the config names must be usable before any work starts; an error names the key.
+
+    Source patterns must each match a file; what a pattern matches must be readable files inside the folder the
+    pattern starts from (a broken symlink or a symlink loop among the matches, a `**` walk through a symlink to
+    one of its own ancestors, or a match that is a symlink to a file outside that folder is an error, so no file
+    is read from outside the configured paths); the tokenizer files must exist and load.
+    """
     problems = []
     for i, source in enumerate(config.sources):
         for j, pattern in enumerate(source.paths):
-            if not expand_pattern(config, pattern):
-                problems.append(f"  sources[{i}].paths[{j}]: {pattern!r} matches no file (looked in {config.base_dir})")
+            key = f"sources[{i}].paths[{j}]"
+            trouble = pattern_problems(config, pattern)
+            if trouble:
+                problems += [f"  {key}: {t}" for t in trouble]
+            elif not expand_pattern(config, pattern):
+                problems.append(f"  {key}: {pattern!r} matches no file (looked in {config.base_dir})")
         if source.root is not None and not config.resolve(source.root).is_dir():
             problems.append(f"  sources[{i}].root: {source.root!r} is not a folder")
     clean = config.stages.clean
@@ -235,8 +245,106 @@ def check_paths(config: RunConfig) -> None:
         if not config.resolve(evalset.path).is_file():
             problems.append(f"  stages.decontaminate.evalsets[{i}].path: {evalset.path!r} is not a file "
                             f"(looked in {config.base_dir})")
+    problems += _tokenizer_problems(config)
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
+
+
+def _tokenizer_problems(config: RunConfig) -> list[str]:
+    """A configured tokenizer must exist and load, so a bad one stops the run before ingest, not after it."""
+    from tokenmill.stages.tokenize.config import Gpt2Files
+
+    tok = config.stages.tokenize
+    if tok is None or not isinstance(tok.tokenizer, (str, Gpt2Files)):
+        return []
+    from tokenmill.tokenize.tokenizer import load_gpt2_files, load_tokenizer
+
+    spec = tok.tokenizer
+    named = {"tokenizer": spec} if isinstance(spec, str) else {"tokenizer.encoder": spec.encoder,
+                                                               "tokenizer.merges": spec.merges}
+    missing = [f"  stages.tokenize.{key}: {path!r} is not a file (looked in {config.base_dir})"
+               for key, path in named.items() if not config.resolve(path).is_file()]
+    if missing:
+        return missing
+    try:
+        if isinstance(spec, str):
+            load_tokenizer(str(config.resolve(spec)), tok.eos_token)
+        else:
+            load_gpt2_files(str(config.resolve(spec.encoder)), str(config.resolve(spec.merges)), tok.eos_token)
+    except ConfigError as err:
+        return [f"  {err}"]
+    except Exception as err:  # tokenizers raises bare Exceptions for files that are not what they claim
+        return [f"  stages.tokenize.tokenizer: {spec.encoder!r} and {spec.merges!r} are not GPT-2 encoder.json "
+                f"and vocab.bpe files: {err}"]
+    return []
+
+
+_MAGIC = re.compile(r"[*?\[]")
+
+
+def _pattern_base(full: str) -> Path:
+    """The folder a glob pattern starts from: its leading components without wildcards."""
+    parts = Path(full).parts
+    fixed = []
+    for part in parts[:-1]:
+        if _MAGIC.search(part):
+            break
+        fixed.append(part)
+    return Path(*fixed) if fixed else Path(".")
+
+
+def _symlink_loop(base: Path) -> Path | None:
+    """The first symlinked folder under `base` that leads back to one of its own ancestors, if any.
+
+    `glob("**", recursive=True)` follows folder symlinks, so such a loop makes it list the same files under ever
+    longer names, until the path is too long (and two loops in one folder multiply: 2**40 names).
+    """
+    stack = [(base, frozenset({os.path.realpath(base)}))]
+    seen: set[str] = set()
+    while stack:
+        folder, ancestors = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_dir():
+                    continue
+            except OSError:
+                continue
+            real = os.path.realpath(entry.path)
+            if real in ancestors:
+                return Path(entry.path)
+            if real in seen:
+                continue  # reached twice through symlinks: glob lists it twice, which source_files dedupes
+            seen.add(real)
+            stack.append((Path(entry.path), ancestors | {real}))
+    return None
+
+
+def pattern_problems(config: RunConfig, pattern: str) -> list[str]:
+    """Why the files a pattern matches cannot be read safely (see `check_paths`); empty when they can."""
+    full = str(config.resolve(pattern))
+    if not _MAGIC.search(full):
+        return []  # a file named outright is the configured path itself, wherever a symlink takes it
+    base = _pattern_base(full)
+    if "**" in full and base.is_dir():
+        loop = _symlink_loop(base)
+        if loop is not None:
+            return [f"{pattern!r} walks through a symlink loop: {loop} -> {os.readlink(loop) if loop.is_symlink() else '?'} "
+                    f"leads back to a folder it is in; remove the link or use a pattern without '**'"]
+    problems = []
+    real_base = base.resolve()
+    for match in sorted(glob.glob(full, recursive=True)):
+        if os.path.isdir(match):
+            continue
+        if not os.path.exists(match):
+            problems.append(f"{match} is a broken symlink or a symlink loop (it leads to no file)")
+        elif not Path(match).resolve().is_relative_to(real_base):
+            problems.append(f"{match} is a symlink to {Path(match).resolve()}, outside {real_base} where the pattern "
+                            f"looks; name that file in paths if it is meant to be read")
+    return problems
 
 
 def expand_pattern(config: RunConfig, pattern: str) -> list[Path]:

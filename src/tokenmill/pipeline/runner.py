@@ -9,18 +9,20 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.errors import ConfigError, ManifestError, TokenmillError
 from tokenmill.manifests.manifest import (
     build_content,
     build_run_info,
     check_conservation,
+    check_entry_paths,
     content_hash,
     read_manifest,
+    unsafe_path,
     write_manifest,
 )
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import check_chain
-from tokenmill.pipeline.commit import committed_record
+from tokenmill.pipeline.commit import committed_record, record_path
 from tokenmill.pipeline.config import RunConfig
 from tokenmill.pipeline.documents import canonical_json, digest
 from tokenmill.pipeline.executor import run_tasks
@@ -172,6 +174,8 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         todo = []
         for task in tasks:
             record = committed_record(fs, stage_dir, phase.name, task.key, key)
+            if record is not None:
+                _check_record_paths(record, record_path(stage_dir, phase.name, task.key))
             if record is None:
                 todo.append(task)
             else:
@@ -211,6 +215,19 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     path = write_manifest(fs, stage_dir, content, run_info, uuid.uuid4().hex)
     status = "resumed" if skip_count else "ran"
     return StageReport(stage.name, status, run_count, skip_count, content["totals"], run_info["seconds"], path, notes)
+
+
+def _check_record_paths(record: dict, where: str) -> None:
+    """A completion record reused on resume must name files inside the stage folder only (it may have been edited)."""
+    for f in record.get("files") or []:
+        path = f.get("path") if isinstance(f, dict) else None
+        why = unsafe_path(path)
+        if why is not None:
+            raise ManifestError(f"{where}: file {path!r:.200} is {why}; refusing to read or write outside the run "
+                                f"folder (was the record edited? delete it to recompute the task)")
+    result = record.get("result")
+    if isinstance(result, dict) and "shards" in result:
+        check_entry_paths(result["shards"] or [], where)
 
 
 def _remove_leftovers(fs, stage_dir: str, records: dict[str, dict]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Optional
 
@@ -22,6 +24,8 @@ COMMON_DROP_REASONS = (
     "missing_id",  # `id_field` is configured but absent in this record
     "record_too_large",  # the record exceeds `max_record_bytes`; skipped without being held in memory
 )
+
+log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 2000
 """How much of a bad record's raw text is kept in `dropped/` to show what it was."""
@@ -66,6 +70,10 @@ class Reader:
     libraries: tuple[str, ...] = ()
     """Distributions whose version can change what this reader yields (an HTML extractor): part of ingest's identity."""
 
+    def __post_init__(self) -> None:
+        if not hasattr(self.read, "__wrapped__"):
+            object.__setattr__(self, "read", contained(self.read))
+
     def library_versions(self) -> dict[str, str]:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -87,6 +95,30 @@ class Reader:
                 for e in err.errors()
             )
             raise ValueError(problems) from None
+
+
+def contained(read: ReadFn) -> ReadFn:
+    """`read`, ending a file with one counted `read_error` that names the exception wherever `read` would raise.
+
+    Every reader turns the damage it knows into drops itself; this is the net under them (every Reader's `read` is
+    wrapped in it), so a file that breaks a reader in a way nobody foresaw costs its remaining records, counted and
+    named in the manifest, never the run.
+    """
+
+    def read_contained(path: str, source: "SourceConfig", display: str) -> Iterator[Record]:
+        index = -1
+        try:
+            for record in read(path, source, display):
+                index = max(index, record.index)
+                yield record
+        except Exception as err:  # noqa: BLE001 - the point: no exception of one file ends the run
+            log.warning("%s: the %s reader failed after record %d", display, source.format, index, exc_info=True)
+            yield Record(index + 1, "", drop="read_error",
+                         message=f"{display}: the {source.format} reader failed after record {index}: "
+                                 f"{type(err).__name__}: {str(err)[:500]}; the rest of the file is not read")
+
+    read_contained.__wrapped__ = read  # type: ignore[attr-defined]
+    return read_contained
 
 
 def open_source(path: str, source: "SourceConfig") -> BinaryIO:
@@ -142,6 +174,23 @@ def without_path(obj: dict[str, Any], dotted: str) -> dict[str, Any]:
     else:
         del out[head]
     return out
+
+
+def json_safe(value: Any) -> Any:
+    """`value` as canonical JSON can write it: a NaN or infinite float becomes its text (`"nan"`, `"inf"`), and a
+    value JSON has no type for (a Parquet timestamp, decimal or binary column) its `str`. A column of pandas NaNs
+    or a JSON `1e999` must not stop the record's meta from being written."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
 
 
 def is_missing(value: Any) -> bool:

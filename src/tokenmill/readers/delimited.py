@@ -24,6 +24,35 @@ class DelimitedOptions(StrictModel):
     """`minimal`: fields may be quoted (RFC 4180); `none`: quote characters are ordinary text (many TSV dumps)."""
 
 
+class _LineTooLong(Exception):
+    pass
+
+
+class _BoundedLines:
+    """The text's lines for csv.reader, none longer than `limit` characters: a longer one (a 1 GB line with no
+    newline) is skipped chunk by chunk and raises _LineTooLong instead of being held whole."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, text: io.TextIOBase, limit: int):
+        self.text, self.limit = text, limit
+        self.line = 0  # physical lines handed out or skipped
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = self.text.readline(self.limit + 1)
+        if not line:
+            raise StopIteration
+        self.line += 1
+        if len(line) > self.limit and not line.endswith(("\n", "\r")):
+            while line and not line.endswith(("\n", "\r")):
+                line = self.text.readline(self.CHUNK)
+            raise _LineTooLong(f"line of more than {self.limit} characters")
+        return line
+
+
 def _undecodable(fields: list[str]) -> bool:
     return any("\udc80" <= ch <= "\udcff" for f in fields for ch in f if ch >= "\udc80")
 
@@ -35,19 +64,23 @@ def _read(path: str, source, display: str, default_delimiter: str) -> Iterator[R
     encoding = "utf-8-sig" if source.encoding in ("auto", "utf-8", "utf8") else source.encoding
     csv.field_size_limit(source.max_record_bytes)
     text = io.TextIOWrapper(open_source(path, source), encoding=encoding, errors="surrogateescape", newline="")
-    rows = csv.reader(text, delimiter=options.delimiter or default_delimiter,
+    lines = _BoundedLines(text, source.max_record_bytes)
+    rows = csv.reader(lines, delimiter=options.delimiter or default_delimiter,
                       quoting=csv.QUOTE_NONE if options.quoting == "none" else csv.QUOTE_MINIMAL, strict=False)
     names = options.columns
     header_pending = options.header
     index = 0
     with text:
         while True:
-            line = rows.line_num + 1
-            where = f"{display}:{line}"
+            where = f"{display}:{lines.line + 1}"
             try:
                 row = next(rows)
             except StopIteration:
                 return
+            except _LineTooLong as err:
+                yield Record(index, "", drop="record_too_large", message=f"{where}: {err}")
+                index += 1
+                continue
             except csv.Error as err:
                 if "field larger than field limit" in str(err):
                     yield Record(index, "", drop="record_too_large", message=f"{where}: {err}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Iterator, Union
 
 from tokenmill.readers.base import PREVIEW_CHARS, Reader, Record, decode, open_source, record_from_object
@@ -18,8 +19,15 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> Any:
+    # `1e999` parses to inf, which no manifest or meta column can hold (canonical JSON refuses it): keep the
+    # number's text instead, as a string.
+    value = float(text)
+    return value if math.isfinite(value) else text
+
+
 # One decoder for every line: json.loads with options builds a new one per call.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def iter_json_lines(path: str, source, display: str) -> Iterator[Union[Record, tuple[int, str, Any]]]:

@@ -7,7 +7,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.readers.base import Reader, Record, record_from_object, text_fields
+from tokenmill.readers.base import Reader, Record, json_safe, record_from_object, text_fields
 
 BATCH_ROWS = 1024
 
@@ -26,7 +26,7 @@ def read_parquet(path: str, source, display: str) -> Iterator[Record]:
                     yield Record(index, "", drop="record_too_large",
                                  message=f"{where}: text of more than {source.max_record_bytes} bytes")
                 else:
-                    yield record_from_object(row, index, source, where)
+                    yield record_from_object(json_safe(row), index, source, where)
                 index += 1
     except (pa.ArrowException, OSError) as err:
         yield Record(index, "", drop="read_error", message=f"{display}: damaged after row {index}: {err}")
