@@ -280,3 +280,14 @@ def test_loader_needs_only_numpy_and_torch(data):
             "'tokenizers', 'pandas'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("prefix", ["../outside/web.0000", "/etc/passwd", "train/../../x"])
+def test_an_index_pointing_outside_its_folder_is_refused(tmp_path, prefix):
+    rng = np.random.default_rng(1)
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(5, rng)}, files_per_source=1)
+    index = json.loads(path.read_text())
+    index["splits"]["train"]["files"][0]["prefix"] = prefix
+    path.write_text(json.dumps(index))
+    with pytest.raises(DataError, match="not a path inside"):
+        TokenLoader([path], seq_len=SEQ, global_batch_size=2)

@@ -188,7 +188,11 @@ def load_streams(paths: list[str | Path], split: str) -> tuple[list[TokenStream]
         by_source: dict[str, list[TokenFile]] = {}
         for entry in splits[split]["files"]:
             sources = sorted(entry.get("by_source", {})) or ["(unknown)"]
-            f = TokenFile(path.parent / entry["prefix"], int(entry["tokens"]), int(entry["documents"]),
+            prefix = str(entry.get("prefix", ""))
+            if not prefix or prefix.startswith(("/", "\\")) or ".." in prefix.replace("\\", "/").split("/"):
+                # An edited index must not make the loader read files outside the tokenize folder.
+                raise DataError(f"{path}: file prefix {prefix!r:.200} is not a path inside {path.parent}")
+            f = TokenFile(path.parent / prefix, int(entry["tokens"]), int(entry["documents"]),
                           entry.get("sha256", {}).get(".bin", ""))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
