@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := build/demo
 
-.PHONY: demo test test-all bench lock clean golden
+.PHONY: demo test test-all test-faults bench lock clean golden
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ golden: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Every fault-injection trial (20 per stage and kill kind) and every hostile-input case at full size; prints counts.
+test-faults: $(STAMP)
+	$(BIN)/python -m pytest tests/faults tests/hostile -m ''
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -m ''

@@ -9,6 +9,9 @@ import pytest
 
 from tests.netstat import listening_sockets
 
+# One line at the end of every session: fault trials, faults injected and hostile cases checked.
+pytest_plugins = ["tests.faults.counts"]
+
 # Taken before any Ray starts, so a listener that Ray opens on a public address cannot hide in it.
 BASELINE_LISTENERS = listening_sockets()
 

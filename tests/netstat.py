@@ -17,7 +17,8 @@ def _decode(hex_addr: str, family: int) -> str:
     return socket.inet_ntop(family, b"".join(words))
 
 
-def listening_sockets() -> set[tuple[str, int]]:
+def listening_sockets(inodes: set[str] | None = None) -> set[tuple[str, int]]:
+    """Every listening socket, or only those whose socket inode is in ``inodes``."""
     out = set()
     for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
         path = Path("/proc/net") / name
@@ -25,7 +26,7 @@ def listening_sockets() -> set[tuple[str, int]]:
             continue
         for line in path.read_text().splitlines()[1:]:
             fields = line.split()
-            if fields[3] != LISTEN:
+            if fields[3] != LISTEN or (inodes is not None and fields[9] not in inodes):
                 continue
             addr, port = fields[1].split(":")
             out.add((_decode(addr, family), int(port, 16)))

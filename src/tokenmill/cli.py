@@ -116,7 +116,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_chain(stages)
     files = stages[0].files
     print(f"config OK: {len(config.sources)} sources, {len(files)} files, stages: {' -> '.join(s.name for s in stages)}")
-    print(f"output: {config.output_dir}")
+    print(f"output: {config.output_location}")
     return 0
 
 
@@ -182,7 +182,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> int:
         raise TokenmillError("tokenizer train: the config has no stages.tokenize")
     stage = stages[names.index("tokenize")]
     previous = names[names.index("tokenize") - 1]
-    fs, root = storage.filesystem_for(str(config.output_dir))
+    fs, root = storage.filesystem_for(config.output_location)
     manifest = read_manifest(fs, storage.join(root, previous))
     if manifest is None:
         raise TokenmillError(f"tokenizer train reads the output of {previous!r}, which has not completed: run it first")

@@ -1,4 +1,4 @@
-"""Fixtures of the hostile suite: the generated corpus (fast or full sizes), and the count printed at the end."""
+"""Fixtures of the hostile suite: the generated corpus (fast or full sizes)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.hostile import CHECKED
 
 GENERATOR = Path(__file__).resolve().parents[1] / "data" / "hostile" / "generate.py"
 
@@ -36,8 +34,3 @@ def hostile_corpus(tmp_path_factory):
 def hostile_corpus_full(tmp_path_factory):
     """The corpus at issue 11's sizes (10 GiB bomb, 1 GiB line, 100 MB document); several GB of disk."""
     return _corpus(tmp_path_factory, full=True)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if CHECKED:
-        terminalreporter.write_line(f"hostile cases: {len(set(CHECKED))} checked ({len(CHECKED)} checks)")

@@ -81,11 +81,17 @@ def test_rerun_skips_committed_and_finishes_a_partial_stage(ray_cluster, corpus,
         r.unlink()
     (out / "sample" / "shards" / "stray.parquet").write_bytes(b"half a shard")
     (out / "sample" / "_work" / "tmp" / "map" / "x" / "dead").mkdir(parents=True)
+    # Killed between writing a record or the manifest under its temporary name and moving it into place.
+    torn = [out / "sample" / "_work" / "commits" / "map" / f"{records[0].name}.dead1.tmp",
+            out / "sample" / "manifest.json.dead2.tmp"]
+    for path in torn:
+        path.write_text("{")
     resumed = run_into(corpus, out)
     assert resumed[1].status == "resumed"
     assert resumed[1].tasks_run == len(records[::2]) and resumed[1].tasks_skipped == len(records) - len(records[::2])
     assert tree(out) == reference
     assert not (out / "sample" / "_work" / "tmp").exists()
+    assert not any(path.exists() for path in torn)
 
 
 def test_changed_fraction_recomputes_sample_never_mixes(ray_cluster, corpus, tmp_path):

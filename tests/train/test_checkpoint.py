@@ -339,3 +339,20 @@ def test_fsdp2_save_on_2_ranks_loads_on_1_and_3(tmp_path):
     assert loaded.step == 2
     for k, v in model.state_dict().items():
         assert torch.equal(v, saved["model"][k]), k
+
+
+def test_a_marker_naming_a_file_outside_its_checkpoint_is_refused(tmp_path, caplog):
+    import json as _json
+    import logging as _logging
+
+    model = torch.nn.Linear(2, 2)
+    mgr = CheckpointManager(tmp_path, keep=3)
+    mgr.save(1, {"m": model.state_dict()}, healthy=True)
+    last = mgr.save(2, {"m": model.state_dict()}, healthy=True)
+    marker = last / "COMMITTED"
+    data = _json.loads(marker.read_text())
+    data["files"]["../../outside"] = {"bytes": 1, "sha256": None}
+    marker.write_text(_json.dumps(data))
+    with caplog.at_level(_logging.WARNING):
+        assert mgr.latest(verify=True).step == 1  # the edited checkpoint is not trusted
+    assert "bad file name '../../outside'" in mgr.verify(last)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from tokenmill.pipeline import storage
+from tokenmill.pipeline import faults, storage
 
 
 def records_dir(stage_dir: str, phase: str) -> str:
@@ -46,14 +46,27 @@ class TaskWriter:
 
     def write(self, relpath: str, data: bytes) -> None:
         """Write one output file (path relative to the stage folder) under this attempt's name."""
-        storage.write_bytes(self.fs, storage.join(self.tmp_dir, relpath), data)
+        path = storage.join(self.tmp_dir, relpath)
+        try:
+            faults.before_write(self.stage_dir, self.phase, self.task_key, relpath, path)  # tests only; inert when off
+            storage.write_bytes(self.fs, path, data)
+        except OSError as err:
+            # Name the file and the task: pyarrow's message for a full disk names neither.
+            raise _write_error(err, f"cannot write {relpath} of task {self.phase}/{self.task_key} (at {path})") from err
         self.written[relpath] = {"path": relpath, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if len(self.written) == 1:
+            faults.point("written", self.stage_dir, self.phase, self.task_key)
 
     def commit(self, stage_key: dict[str, Any], result: Any) -> dict[str, Any]:
-        for relpath in sorted(self.written):
+        for i, relpath in enumerate(sorted(self.written)):
+            if i == 1:
+                faults.point("mid_commit", self.stage_dir, self.phase, self.task_key)
             final = storage.join(self.stage_dir, relpath)
             self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
             self.fs.move(storage.join(self.tmp_dir, relpath), final)
+        if len(self.written) <= 1:
+            faults.point("mid_commit", self.stage_dir, self.phase, self.task_key)
+        faults.point("before_record", self.stage_dir, self.phase, self.task_key)
         record = {
             "task": self.task_key,
             "phase": self.phase,
@@ -63,9 +76,16 @@ class TaskWriter:
         }
         path = record_path(self.stage_dir, self.phase, self.task_key)
         storage.write_json_atomic(self.fs, path, record, self.attempt)
+        faults.point("after_record", self.stage_dir, self.phase, self.task_key)
         # Leftovers of this task's killed attempts go with the commit.
         storage.remove_tree(self.fs, tmp_root(self.stage_dir, self.phase, self.task_key))
         return record
+
+
+def _write_error(err: OSError, what: str) -> OSError:
+    """The same kind of OSError (ENOSPC, EACCES gives PermissionError), its message naming what failed."""
+    reason = err.strerror or str(err)
+    return OSError(err.errno, f"{what}: {reason}") if err.errno is not None else OSError(f"{what}: {reason}")
 
 
 def committed_record(fs: pafs.FileSystem, stage_dir: str, phase: str, task_key: str, stage_key: dict) -> dict | None:

@@ -169,7 +169,13 @@ class RunConfig(StrictModel):
 
     @property
     def output_dir(self) -> Path:
+        """The output as a local folder (for local-only tools); see `output_location` for URIs."""
         return self.resolve(self.output)
+
+    @property
+    def output_location(self) -> str:
+        """Where the run writes: a URI (``file://``, ``s3://``, opened through pyarrow.fs) as given, else the folder."""
+        return self.output if "://" in self.output else str(self.resolve(self.output))
 
     def source(self, name: str) -> SourceConfig:
         return next(s for s in self.sources if s.name == name)

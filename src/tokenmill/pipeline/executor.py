@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from tokenmill.pipeline import faults
 from tokenmill.pipeline.stage import Stage, Task
 from tokenmill.pipeline.tasks import TaskEnv, execute_task
 
@@ -31,7 +32,9 @@ def run_tasks(
 
     if not tasks:
         return {}, []
-    remote = ray.remote(execute_task).options(num_cpus=1, max_retries=max_retries, retry_exceptions=True)
+    # faults.task_options(): the fault-injection switches, passed to workers of a joined cluster (empty when off).
+    remote = ray.remote(execute_task).options(num_cpus=1, max_retries=max_retries, retry_exceptions=True,
+                                              **faults.task_options())
     stage_ref, shared_ref = ray.put(stage), ray.put(dict(shared))
     queue = list(tasks)
     queue.reverse()

@@ -52,6 +52,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         yield
         return
     if address:
+        if _is_loopback(address):
+            # Else Ray rewrites 127.0.0.1 into this machine's outbound address and looks for the cluster there.
+            _local_only_env()
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
     else:
         start_local(num_cpus)
@@ -59,6 +62,11 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         yield
     finally:
         ray.shutdown()
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def cluster_cpus() -> int:

@@ -9,6 +9,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import pyarrow.fs as pafs
+
 from tokenmill.errors import ConfigError, ManifestError, TokenmillError
 from tokenmill.manifests.manifest import (
     build_content,
@@ -95,7 +97,7 @@ def run_pipeline(
     names = [s.name for s in stages]
     if only is not None and only not in names:
         raise ConfigError(f"--stage {only}: not a configured stage; configured: {', '.join(names)}")
-    fs, root = storage.filesystem_for(str(config.output_dir))
+    fs, root = storage.filesystem_for(config.output_location)
     selected = [i for i, s in enumerate(stages) if only is None or s.name == only]
     if selected[0] > 0 and read_manifest(fs, storage.join(root, names[selected[0] - 1])) is None:
         prev = names[selected[0] - 1]
@@ -181,7 +183,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
             else:
                 records[task.key] = record
         reporter.phase_started(stage.name, phase.name, len(tasks), len(records))
-        env = TaskEnv(str(config.output_dir), stage.name, stages[index - 1].name if index else None, key, phase_index)
+        env = TaskEnv(config.output_location, stage.name, stages[index - 1].name if index else None, key, phase_index)
         done, failures = run_tasks(
             stage, env, todo, shared,
             max_in_flight=max_in_flight,
@@ -233,6 +235,10 @@ def _check_record_paths(record: dict, where: str) -> None:
 def _remove_leftovers(fs, stage_dir: str, records: dict[str, dict]) -> None:
     """Delete what killed attempts left: temporary folders, and shard files no record names."""
     storage.remove_tree(fs, storage.join(stage_dir, "_work", "tmp"))
+    # A kill between writing a record (or key.json, or the manifest) under its temporary name and moving it.
+    for info in fs.get_file_info(pafs.FileSelector(stage_dir, recursive=True, allow_not_found=True)):
+        if info.type == pafs.FileType.File and info.path.endswith(".tmp"):
+            fs.delete_file(info.path)
     committed = {storage.join(stage_dir, f["path"]) for r in records.values() for f in r["files"]}
     for folder in ("shards", "dropped"):
         for path in storage.list_files(fs, storage.join(stage_dir, folder)):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import resource
 import time
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from typing import Any, Mapping
 
 import pyarrow.fs as pafs
 
+from tokenmill.pipeline import faults
 from tokenmill.pipeline.commit import TaskWriter
 from tokenmill.pipeline.stage import Stage, Task
 
@@ -66,13 +66,6 @@ class TaskEnv:
 _SET_UP: dict[str, Stage] = {}
 
 
-def _fault_delay() -> None:
-    # Fault-injection hook for the kill-and-resume tests: slows each task so a kill lands mid-run.
-    delay = float(os.environ.get("TOKENMILL_TASK_DELAY_S", "0") or 0)
-    if delay > 0:
-        time.sleep(delay)
-
-
 def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, Any]) -> dict[str, Any]:
     """Run one task of a phase and commit it; returns its completion record."""
     from tokenmill.pipeline.documents import digest
@@ -88,10 +81,14 @@ def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, An
     phase = stage.phases()[env.phase_index]
     writer = TaskWriter(fs, stage_dir, phase.name, task.key)
     ctx = TaskContext(stage_dir, input_dir, shared, writer)
-    _fault_delay()
+    # Fault-injection hooks (pipeline/faults.py) for the kill-and-resume tests; inert unless switched on.
+    faults.delay()
+    faults.point("start", stage_dir, phase.name, task.key)
     started = time.perf_counter()
     result = phase.run(stage, task, ctx)
+    faults.point("before_commit", stage_dir, phase.name, task.key)
     record = writer.commit(env.stage_key, result)
+    faults.point("end", stage_dir, phase.name, task.key)
     # Not part of the committed record (that stays deterministic): how long, and the worker's peak memory so far.
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {**record, "task_stats": {"seconds": time.perf_counter() - started, "peak_rss_mb": usage.ru_maxrss / 1024}}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,69 @@ def build_index(dtype: np.dtype, lengths) -> bytes:
     )
 
 
+def _fail(path, why: str):
+    raise ValueError(f"{path}: not a valid Megatron indexed dataset: {why}")
+
+
+@dataclass(frozen=True)
+class ParsedIndex:
+    """The arrays of one ``.idx`` file, checked against each other."""
+
+    dtype: np.dtype
+    sequence_lengths: np.ndarray
+    sequence_pointers: np.ndarray
+    document_indices: np.ndarray
+    sequence_modes: np.ndarray | None
+    num_tokens: int
+
+
+def parse_index(raw: bytes, p) -> ParsedIndex:
+    """Parse and check ``.idx`` bytes (``p`` names the file in errors); no ``.bin`` needed, so any filesystem works."""
+    if len(raw) < _HEADER.size:
+        _fail(p, f"{len(raw)} bytes, shorter than the {_HEADER.size}-byte header")
+    magic, version, code, s, d = _HEADER.unpack_from(raw, 0)
+    if magic != MAGIC:
+        _fail(p, f"bad magic {magic!r} (expected {MAGIC!r})")
+    if version != VERSION:
+        _fail(p, f"unsupported version {version} (expected {VERSION})")
+    if code not in CODE_DTYPES:
+        _fail(p, f"unknown dtype code {code}")
+    dtype = CODE_DTYPES[code].newbyteorder("<") if CODE_DTYPES[code].itemsize > 1 else CODE_DTYPES[code]
+    if d < 1:
+        _fail(p, f"document count {d} (must be at least 1: the indices end with S)")
+    body = len(raw) - _HEADER.size
+    need = 4 * s + 8 * s + 8 * d
+    if body == need:
+        modes = False
+    elif body == need + s:
+        modes = True
+    else:
+        _fail(
+            p, f"{len(raw)} bytes, but {s} sequences and {d} document indices need {_HEADER.size + need}"
+        )
+    off = _HEADER.size
+    lengths = np.frombuffer(raw, dtype="<i4", count=s, offset=off)
+    off += 4 * s
+    pointers = np.frombuffer(raw, dtype="<i8", count=s, offset=off)
+    off += 8 * s
+    doc_indices = np.frombuffer(raw, dtype="<i8", count=d, offset=off)
+    off += 8 * d
+    mode_array = np.frombuffer(raw, dtype=np.int8, count=s, offset=off) if modes else None
+
+    if s and int(lengths.min()) < 0:
+        _fail(p, "negative sequence length")
+    itemsize = dtype.itemsize
+    expected = np.zeros(s, dtype=np.int64)
+    if s > 1:
+        np.cumsum(lengths[:-1].astype(np.int64) * itemsize, out=expected[1:])
+    if not np.array_equal(pointers, expected):
+        _fail(p, "sequence pointers are not consecutive byte offsets of the lengths")
+    if doc_indices[0] != 0 or doc_indices[-1] != s or (d > 1 and bool(np.any(np.diff(doc_indices) < 0))):
+        _fail(p, f"document indices must rise from 0 to the sequence count {s}")
+    total = int(lengths.astype(np.int64).sum())
+    return ParsedIndex(dtype, lengths, pointers, doc_indices, mode_array, total)
+
+
 def _paths(prefix_or_paths) -> tuple[Path, Path]:
     if isinstance(prefix_or_paths, (tuple, list)):
         if len(prefix_or_paths) != 2:
@@ -184,54 +248,14 @@ class IndexedReader:
         self._parse_index(raw)
         self._map_bin()
 
-    def _fail(self, path: Path, why: str):
-        raise ValueError(f"{path}: not a valid Megatron indexed dataset: {why}")
-
     def _parse_index(self, raw: bytes) -> None:
-        p = self.idx_path
-        if len(raw) < _HEADER.size:
-            self._fail(p, f"{len(raw)} bytes, shorter than the {_HEADER.size}-byte header")
-        magic, version, code, s, d = _HEADER.unpack_from(raw, 0)
-        if magic != MAGIC:
-            self._fail(p, f"bad magic {magic!r} (expected {MAGIC!r})")
-        if version != VERSION:
-            self._fail(p, f"unsupported version {version} (expected {VERSION})")
-        if code not in CODE_DTYPES:
-            self._fail(p, f"unknown dtype code {code}")
-        self.dtype = CODE_DTYPES[code].newbyteorder("<") if CODE_DTYPES[code].itemsize > 1 else CODE_DTYPES[code]
-        if d < 1:
-            self._fail(p, f"document count {d} (must be at least 1: the indices end with S)")
-        body = len(raw) - _HEADER.size
-        need = 4 * s + 8 * s + 8 * d
-        if body == need:
-            modes = False
-        elif body == need + s:
-            modes = True
-        else:
-            self._fail(
-                p, f"{len(raw)} bytes, but {s} sequences and {d} document indices need {_HEADER.size + need}"
-            )
-        off = _HEADER.size
-        self.sequence_lengths = np.frombuffer(raw, dtype="<i4", count=s, offset=off)
-        off += 4 * s
-        self.sequence_pointers = np.frombuffer(raw, dtype="<i8", count=s, offset=off)
-        off += 8 * s
-        self.document_indices = np.frombuffer(raw, dtype="<i8", count=d, offset=off)
-        off += 8 * d
-        self.sequence_modes = np.frombuffer(raw, dtype=np.int8, count=s, offset=off) if modes else None
-
-        lens, ptrs, docs = self.sequence_lengths, self.sequence_pointers, self.document_indices
-        if s and int(lens.min()) < 0:
-            self._fail(p, "negative sequence length")
-        itemsize = self.dtype.itemsize
-        expected = np.zeros(s, dtype=np.int64)
-        if s > 1:
-            np.cumsum(lens[:-1].astype(np.int64) * itemsize, out=expected[1:])
-        if not np.array_equal(ptrs, expected):
-            self._fail(p, "sequence pointers are not consecutive byte offsets of the lengths")
-        if docs[0] != 0 or docs[-1] != s or (d > 1 and bool(np.any(np.diff(docs) < 0))):
-            self._fail(p, f"document indices must rise from 0 to the sequence count {s}")
-        self._total_tokens = int(lens.astype(np.int64).sum())
+        parsed = parse_index(raw, self.idx_path)
+        self.dtype = parsed.dtype
+        self.sequence_lengths = parsed.sequence_lengths
+        self.sequence_pointers = parsed.sequence_pointers
+        self.document_indices = parsed.document_indices
+        self.sequence_modes = parsed.sequence_modes
+        self._total_tokens = parsed.num_tokens
 
     def _map_bin(self) -> None:
         p = self.bin_path
@@ -241,7 +265,7 @@ class IndexedReader:
             raise ValueError(f"{p}: data file not found") from None
         want = self._total_tokens * self.dtype.itemsize
         if size != want:
-            self._fail(p, f"{size} bytes, but {self.idx_path.name} describes {want}")
+            _fail(p, f"{size} bytes, but {self.idx_path.name} describes {want}")
         # np.memmap cannot map an empty file.
         self._bin = np.memmap(p, dtype=self.dtype, mode="r") if size else np.empty(0, dtype=self.dtype)
 

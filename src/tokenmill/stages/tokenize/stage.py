@@ -19,7 +19,7 @@ from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
 from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTokenizer
 from tokenmill.tokenize.fast_engine import encode_checked, tiktoken_encoding
-from tokenmill.tokenize.indexed import IndexedReader, IndexedWriter, dtype_for_vocab
+from tokenmill.tokenize.indexed import IndexedWriter, dtype_for_vocab, parse_index
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
 
 SPLITS = ("train", "valid")
@@ -149,8 +149,13 @@ class WriteIndex(Phase):
             entries = []
             for idx in storage.list_files(ctx.fs, storage.join(ctx.stage_dir, split), ".idx"):
                 prefix = idx[: -len(".idx")]
-                reader = IndexedReader(prefix)
-                side = pq.read_table(prefix + ".docs.parquet").to_pylist()
+                # Read through the run's filesystem (a shared disk or an object store), each file once.
+                data = {ext: storage.read_bytes(ctx.fs, prefix + ext) for ext in (".bin", ".idx", ".docs.parquet")}
+                index_file = parse_index(data[".idx"], prefix + ".idx")
+                if len(data[".bin"]) != index_file.num_tokens * index_file.dtype.itemsize:
+                    raise ValueError(f"{prefix}.bin: {len(data['.bin'])} bytes, but its .idx describes "
+                                     f"{index_file.num_tokens * index_file.dtype.itemsize}")
+                side = pq.read_table(pa.BufferReader(data[".docs.parquet"])).to_pylist()
                 rel = prefix[len(ctx.stage_dir) + 1:]
                 per_source: dict[str, dict[str, Any]] = {}
                 for row in side:
@@ -161,10 +166,10 @@ class WriteIndex(Phase):
                         tally["documents"] += 1
                         tally["tokens"] += row["tokens"]
                 entries.append({
-                    "prefix": rel, "documents": len(reader), "tokens": int(reader.num_tokens), "by_source": per_source,
+                    "prefix": rel, "documents": len(index_file.sequence_lengths), "tokens": index_file.num_tokens,
+                    "by_source": per_source,
                     "engine": storage.read_bytes(ctx.fs, prefix + ".engine").decode(),
-                    "sha256": {ext: hashlib.sha256(storage.read_bytes(ctx.fs, prefix + ext)).hexdigest()
-                               for ext in (".bin", ".idx", ".docs.parquet")},
+                    "sha256": {ext: hashlib.sha256(raw).hexdigest() for ext, raw in data.items()},
                 })
             splits[split] = sorted(entries, key=lambda e: e["prefix"])
         index = {
