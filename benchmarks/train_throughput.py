@@ -74,7 +74,7 @@ def plain_loop(path: Path, args, device: torch.device) -> list[float]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        float(loss)  # the trainer reads the loss every step too
+        loss.item()  # the trainer reads the loss every step too
         now = time.perf_counter()
         times.append(now - last)
         last = now
@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--vocab", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--peak-tflops", type=float, default=None, help="per device (default: from the GPU name)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -55,6 +55,12 @@ def test_two_processes_with_torchrun_then_resume_on_one_and_on_three(tokens, tmp
         assert [r["batch"] for r in rows_n[20:]] == [20, 21, 22, 23]
         results[n] = [r["loss"] for r in rows_n[20:]]
     assert np.allclose(results[1], results[3], rtol=1e-4), results
+    # And back: the 1-process checkpoint (plain tensors: one rank trains unsharded) continues on 2 ranks.
+    back = write_config(tmp_path / "train-back.yaml", config(tokens, tmp_path / "resume-1", dropout=0.0, steps=26))
+    done = torchrun(2, ["train", str(back)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows_back = [r for r in metrics(tmp_path / "resume-1") if "loss" in r]
+    assert [r["batch"] for r in rows_back[24:]] == [24, 25] and all(np.isfinite(r["loss"]) for r in rows_back)
 
 
 def test_fsdp_gradients_equal_a_single_process_reference(tokens, tmp_path):
