@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from pathlib import Path
@@ -35,3 +36,20 @@ def listening_sockets(inodes: set[str] | None = None) -> set[tuple[str, int]]:
 
 def is_loopback(address: str) -> bool:
     return address.startswith("127.") or address in ("::1", "::ffff:127.0.0.1") or address.startswith("::ffff:127.")
+
+
+def listeners(pids) -> set[tuple[str, int]]:
+    """Listening TCP sockets (address, port) held by these processes (other tests' clusters left out)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    return listening_sockets(inodes)

@@ -188,22 +188,3 @@ class LocalCluster:
     def stop(self) -> None:
         for node in reversed(self.nodes):
             node.kill()
-
-
-def listeners(pids) -> set[tuple[str, int]]:
-    """Listening TCP sockets (address, port) held by these processes (other tests' clusters left out)."""
-    from tests.netstat import listening_sockets
-
-    inodes = set()
-    for pid in pids:
-        try:
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                try:
-                    target = os.readlink(fd)
-                except OSError:
-                    continue
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
-            continue
-    return listening_sockets(inodes)

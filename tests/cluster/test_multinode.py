@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.nodes import LocalCluster, listeners
-from tests.netstat import is_loopback
+from tests.cluster.nodes import LocalCluster
+from tests.netstat import is_loopback, listeners
 from tests.pipeline.test_runner import run_into, tree
 
 pytestmark = pytest.mark.ray

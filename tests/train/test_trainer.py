@@ -193,3 +193,13 @@ def test_a_checkpoint_of_another_model_is_refused(tokens, tmp_path):
     _run(config(tokens, out, steps=5, eval_every=0), tmp_path)
     with pytest.raises(Exception, match="seq_len: 32 -> 64"):
         _run(config(tokens, out, steps=10, eval_every=0, seq_len=64), tmp_path)
+
+
+def test_one_process_opens_no_port(tokens, tmp_path):
+    """Without torchrun the process group is a FileStore: nothing listens while training runs."""
+    from tests.netstat import listeners
+
+    seen: list[set] = []
+    _run(config(tokens, tmp_path / "run", steps=3, eval_every=0),
+         tmp_path, on_step=lambda row: seen.append(listeners([os.getpid()])))
+    assert len(seen) == 3 and all(not s for s in seen), seen

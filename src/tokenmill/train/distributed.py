@@ -1,9 +1,9 @@
-"""Process group, device and mesh: torchrun's environment when present, else one process on its own."""
+"""Process group, device and mesh: torchrun's environment when present, else one process on its own, with no
+process group at all (so no port: gloo would listen even for a group of one)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +17,7 @@ class Distributed:
     world_size: int
     local_rank: int
     device: torch.device
-    mesh: DeviceMesh
+    mesh: DeviceMesh | None
 
     @property
     def main(self) -> bool:
@@ -25,6 +25,8 @@ class Distributed:
 
     def all_mean(self, values: list[float]) -> list[float]:
         """The mean over ranks of each value (one collective)."""
+        if self.world_size == 1:
+            return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return (t / self.world_size).tolist()
@@ -37,7 +39,7 @@ class Distributed:
 
 
 def setup() -> Distributed:
-    """Join torchrun's group (env://), or make a group of one without any port (a FileStore)."""
+    """Join torchrun's group (env://); a single process needs none: it trains the plain module."""
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -50,11 +52,10 @@ def setup() -> Distributed:
             torch.cuda.set_device(local)
         dist.init_process_group(backend, device_id=torch.device("cuda", local) if cuda else None)
     else:
-        rank, world, local = 0, 1, 0
-        store = dist.FileStore(tempfile.mktemp(prefix="tokenmill-train-store-"), 1)
         if cuda:
             torch.cuda.set_device(0)
-        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        return Distributed(0, 1, 0, device, None)
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     mesh = init_device_mesh(device.type, (world,))
     return Distributed(rank, world, local, device, mesh)
