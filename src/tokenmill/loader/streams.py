@@ -124,7 +124,8 @@ class TokenStream:
         ends = self._doc_ends.get(i)
         if ends is None:
             ends = int(self._starts[i]) + np.cumsum(self.reader(i).sequence_lengths, dtype=np.int64)
-            self._doc_ends = {i: ends} if len(self._doc_ends) > OPEN_FILES else self._doc_ends
+            if len(self._doc_ends) >= OPEN_FILES:
+                self._doc_ends.clear()
             self._doc_ends[i] = ends
         return ends
 
