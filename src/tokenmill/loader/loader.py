@@ -45,11 +45,17 @@ class _Plan:
 
     def micro_batch(self, k: int, m: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Micro-batch m of global batch k on this rank: its ``seq_len + 1`` tokens per sample, and positions."""
-        mb, seq_len = self.layout.micro_batch_size, self.order.seq_len
-        first = self.layout.first_position(k, m)
-        where = self.order.locate(np.arange(first, first + mb, dtype=np.int64))
-        tokens = np.empty((mb, seq_len + 1), dtype=np.int64)
-        positions = np.empty((mb, seq_len), dtype=np.int64) if self.position_ids else None
+        tokens, positions = self.samples(self.layout.first_position(k, m), self.layout.micro_batch_size,
+                                         self.position_ids)
+        # One tensor, not two: a worker hands each tensor over through its own shared-memory segment.
+        return torch.from_numpy(tokens), None if positions is None else torch.from_numpy(positions)
+
+    def samples(self, first: int, count: int, position_ids: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """Global positions ``[first, first + count)``: tokens (count, seq_len + 1), and positions when asked for."""
+        seq_len = self.order.seq_len
+        where = self.order.locate(np.arange(first, first + count, dtype=np.int64))
+        tokens = np.empty((count, seq_len + 1), dtype=np.int64)
+        positions = np.empty((count, seq_len), dtype=np.int64) if position_ids else None
         for row, (s, sample) in enumerate(zip(where.stream.tolist(), where.sample.tolist())):
             stream = self.order.streams[s]
             start = sample * seq_len
@@ -60,8 +66,7 @@ class _Plan:
                 rel = stream.boundaries(start, start + seq_len) - start
                 starts[rel] = rel
                 positions[row] = np.arange(seq_len) - np.maximum.accumulate(starts)
-        # One tensor, not two: a worker hands each tensor over through its own shared-memory segment.
-        return torch.from_numpy(tokens), None if positions is None else torch.from_numpy(positions)
+        return tokens, positions
 
 
 def as_batch(tokens: torch.Tensor, positions: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -254,11 +259,8 @@ class TokenLoader:
 
     def global_batch(self, k: int) -> torch.Tensor:
         """All samples of global batch k, every rank's (LongTensor[global_batch_size, seq_len + 1])."""
-        where = self.order.locate(np.arange(k * self.global_batch_size, (k + 1) * self.global_batch_size))
-        out = np.empty((self.global_batch_size, self.seq_len + 1), dtype=np.int64)
-        for row, (s, sample) in enumerate(zip(where.stream.tolist(), where.sample.tolist())):
-            self.streams[s].read(sample * self.seq_len, self.seq_len + 1, out=out[row])
-        return torch.from_numpy(out)
+        tokens, _ = self._plan.samples(k * self.global_batch_size, self.global_batch_size)
+        return torch.from_numpy(tokens)
 
     def describe(self) -> dict[str, Any]:
         """Streams, their samples and mixture fractions: what a run log should record."""
