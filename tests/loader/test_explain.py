@@ -61,3 +61,13 @@ def test_cli_explain(data, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["batch"] == 2 and {r["id"] for r in out["rows"]} == {r["id"] for r in explain_batch(loader, 2)}
     assert main(["loader", "explain", str(tmp_path), "--step", "0"]) == 2  # no state there: a clear error
+
+
+def test_cli_explain_table(data, tmp_path, capsys):
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=4)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(loader.state_dict()))
+    assert main(["loader", "explain", str(state_file), "--step", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "step 1 = global batch 1" in out
+    assert all(r["source"] in out for r in explain_batch(loader, 1))

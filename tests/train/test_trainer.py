@@ -204,3 +204,13 @@ def test_one_process_opens_no_port(tokens, tmp_path):
     _run(config(tokens, tmp_path / "run", steps=3, eval_every=0),
          tmp_path, on_step=lambda row: seen.append(listeners([os.getpid()]) - before))
     assert len(seen) == 3 and all(not s for s in seen), seen
+
+
+def test_a_spike_beyond_max_rollbacks_stops_the_run(tmp_path):
+    from tokenmill.train.guard import RollbacksExhausted
+
+    tokens, weights = _poisoned(tmp_path)
+    guard = {"warmup_steps": 8, "ewm_alpha": 0.5, "z_threshold": 12.0, "max_rollbacks": 0}
+    with pytest.raises(RollbacksExhausted, match="max_rollbacks=0"):
+        _run(config(tokens, tmp_path / "run", weights=weights, global_batch_size=4, steps=24, lr=1e-2,
+                    warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard), tmp_path)
