@@ -273,14 +273,24 @@ def cmd_loader_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """`tokenmill train CONFIG`: train (or resume) an OPT-style decoder on token files; torchrun for several ranks."""
+    """`tokenmill train CONFIG`: train (or resume) an OPT-style decoder on token files; `--nproc N` or torchrun for
+    several ranks."""
     import os
 
     from tokenmill.train.config import load_train_config
     from tokenmill.train.trainer import Trainer
 
     overrides = {"steps": args.steps} if args.steps else {}
-    config = load_train_config(args.config, overrides)
+    config = load_train_config(args.config, overrides)  # a bad config stops here, before any rank starts
+    if args.nproc is not None and "RANK" not in os.environ:
+        if args.nproc < 1:
+            raise TokenmillError("--nproc: must be at least 1")
+        if args.nproc > 1:
+            from tokenmill.train.launch import launch
+
+            argv = ["train", args.config] + (["--steps", str(args.steps)] if args.steps else []) + (
+                ["--skip-batches", args.skip_batches] if args.skip_batches else [])
+            return launch((["-v"] if args.verbose else []) + argv, args.nproc)
     summary = Trainer(config, skip_batches=args.skip_batches).run()
     if int(os.environ.get("RANK", "0")) == 0:
         out = Console(width=max(Console().width, 100))
@@ -346,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     trainer.add_argument("config", help="train config (YAML)")
     trainer.add_argument("--skip-batches", help="never train on these global batches, e.g. 1200-1210,1300")
     trainer.add_argument("--steps", type=int, help="override the config's total steps")
+    trainer.add_argument("--nproc", type=int, help="ranks on this machine (one per GPU), joined through a file store "
+                         "with every socket on 127.0.0.1; torchrun for several machines")
     trainer.set_defaults(func=cmd_train)
 
     loader = sub.add_parser("loader", help="the token loader's state, for attribution")

@@ -48,3 +48,26 @@ def test_notebook_executes_and_plots(name, small_run, train_output, monkeypatch)
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{name}: no plot"
     assert any("text/html" in o.get("data", {}) or o.output_type == "stream" for o in outputs), f"{name}: no table"
+
+
+def test_the_notebook_kernel_listens_on_the_loopback_only():
+    """A kernel started as nbclient starts one binds its ZMQ ports to 127.0.0.1 (docs/security.md)."""
+    from jupyter_client import KernelManager
+    from nbclient import NotebookClient
+
+    from tests.netstat import is_loopback, listeners
+
+    # nbclient's own manager class is the async twin of this one; both take `ip` from the same default.
+    assert issubclass(NotebookClient.kernel_manager_class.default_value, KernelManager)
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
+        seen = listeners([km.provisioner.process.pid])
+        kc.stop_channels()
+    finally:
+        km.shutdown_kernel(now=True)
+    # shell, iopub, stdin, control and heartbeat: five ZMQ ports, each on the loopback.
+    assert len(seen) >= 5 and all(is_loopback(a) for a, _ in seen), seen

@@ -196,7 +196,7 @@ def test_a_checkpoint_of_another_model_is_refused(tokens, tmp_path):
 
 
 def test_one_process_opens_no_port(tokens, tmp_path):
-    """Without torchrun the process group is a FileStore: nothing listens while training runs."""
+    """One process trains the plain module with no process group: nothing listens while training runs."""
     from tests.netstat import listeners
 
     before = listeners([os.getpid()])  # other tests' Ray driver may already listen in this process

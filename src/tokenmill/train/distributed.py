@@ -1,5 +1,5 @@
-"""Process group, device and mesh: torchrun's environment when present, else one process on its own, with no
-process group at all (so no port: gloo would listen even for a group of one)."""
+"""Process group, device and mesh: ranks started by torchrun or by `tokenmill train --nproc` (a file store), else one
+process on its own, with no process group at all (so no port: gloo would listen even for a group of one)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from tokenmill.train.launch import STORE_ENV
 
 
 @dataclass
@@ -39,7 +41,8 @@ class Distributed:
 
 
 def setup() -> Distributed:
-    """Join torchrun's group (env://); a single process needs none: it trains the plain module."""
+    """Join the ranks' group (torchrun's env://, or the launcher's file store); a single process needs none: it
+    trains the plain module."""
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -50,7 +53,13 @@ def setup() -> Distributed:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         if cuda:
             torch.cuda.set_device(local)
-        dist.init_process_group(backend, device_id=torch.device("cuda", local) if cuda else None)
+        device_id = torch.device("cuda", local) if cuda else None
+        store_file = os.environ.get(STORE_ENV)
+        if store_file:  # `tokenmill train --nproc N`: the ranks meet in a file, not at a TCP port
+            store = dist.FileStore(store_file, world)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, device_id=device_id)
+        else:
+            dist.init_process_group(backend, device_id=device_id)
     else:
         if cuda:
             torch.cuda.set_device(0)
