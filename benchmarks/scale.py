@@ -1,9 +1,11 @@
 """Scale run: a generated corpus of >= 10 GB through every stage on this machine, and a projection to The Pile.
 
 Per stage: wall seconds, text MB in, MB/s, MB/s per core (cores = the workers Ray ran), the largest peak RSS of
-any worker task and of the driver, disk written (the stage's folder, and for dedup its phase files: the shuffle).
-Then a projection for The Pile (825 GB of text) on a cluster, shown as the computation from the measured per-core
-throughput and the measured dedup shuffle volume per input GB. Prints JSON; `--gb` sets the size.
+any worker and of the driver, disk written (the stage's folder, and for dedup its phase files: the shuffle). Each
+stage gets a fresh Ray cluster, so a worker's peak RSS (its high-water mark) is that stage's alone; the corpus is
+generated in a child process, so the driver's peak is the pipeline's. Then a projection for The Pile (825 GB of
+text) on a cluster, shown as the computation from the measured per-core throughput and the measured dedup shuffle
+volume per input GB. Prints JSON; `--gb` sets the size.
 
     python benchmarks/scale.py --gb 10 [--dir bench] [--nodes 64 --cores-per-node 32 --nic-gbit 25]
 """
@@ -18,6 +20,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -67,30 +71,37 @@ def main() -> int:
     parser.add_argument("--nic-gbit", type=float, default=25.0)
     args = parser.parse_args()
 
-    from tokenmill.demo import write_demo_corpus
+    import ray
+
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.ray_cluster import start_local
     from tokenmill.pipeline.runner import run_pipeline
 
     root = Path(args.dir) / f"scale-{args.gb:g}gb"
     corpus = root / "corpus"
-    generated = None
+    generated = generate_rss = None
     if not (corpus / ".complete").exists():
         t = time.perf_counter()
-        write_demo_corpus(corpus, target_bytes=int(args.gb * 1e9))
+        # A child process: the generator's own memory must not count as the pipeline driver's.
+        subprocess.run([sys.executable, "-c", "import sys; from tokenmill.demo import write_demo_corpus; "
+                        "write_demo_corpus(sys.argv[1], target_bytes=int(float(sys.argv[2])))",
+                        str(corpus), str(args.gb * 1e9)], check=True)
         (corpus / ".complete").touch()
         generated = round(time.perf_counter() - t, 1)
+        generate_rss = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
     config = load_config(corpus / "demo.yaml")
     # Production-sized shards; the demo's are small so that its few MB still spread over tasks.
     config = config.model_copy(update={"output": str(root / "run"),
                                        "ingest": config.ingest.model_copy(update={"docs_per_shard": 20_000})})
-    start_local(num_cpus=args.workers)
     result: dict = {"corpus_gb_target": args.gb, "corpus_files_bytes": du(corpus), "cpus": os.cpu_count(),
-                    "workers": args.workers, "generate_seconds": generated, "stages": {}}
+                    "workers": args.workers, "generate_seconds": generated, "generate_peak_rss_mb": generate_rss,
+                    "max_shard_bytes": config.ingest.max_shard_bytes, "stages": {}}
     for stage in STAGES:
+        start_local(num_cpus=args.workers)  # fresh workers: their peak RSS is this stage's
         start = time.perf_counter()
         (report,) = [r for r in run_pipeline(config, only=stage, workers=args.workers) if r.stage == stage]
         wall = time.perf_counter() - start
+        ray.shutdown()
         manifest = json.loads(Path(report.manifest).read_text())
         info = manifest["run_info"]
         mb = report.totals["bytes_in"] / 1e6

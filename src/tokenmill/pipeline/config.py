@@ -101,6 +101,10 @@ class IngestConfig(StrictModel):
 
     docs_per_shard: int = Field(default=10_000, ge=1)
     """Records per ingest shard; a file with more records is split into parts."""
+    max_shard_bytes: int = Field(default=128 * 2**20, ge=1)
+    """Text bytes (UTF-8) per ingest shard, at most: a part ends early once its records reach this. Every later
+    stage reads one shard per task, so this bounds a worker's memory whatever the document sizes (20,000 books of
+    12 KB would otherwise make one 247 MB shard). A single larger record still makes a shard of its own."""
     keep_dropped: bool = True
     """Write unreadable and empty records under `<output>/ingest/dropped/`."""
 

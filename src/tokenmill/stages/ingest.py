@@ -86,7 +86,7 @@ class ReadSources(Phase):
         display = f"{file.source}:{file.relpath}"
         entries = []
         for part, records in enumerate(_parts(reader(file.path, source, display),
-                                              stage.config.docs_per_shard)):
+                                              stage.config.docs_per_shard, stage.config.max_shard_bytes)):
             table, reasons = records_table(file.source, file, records)
             entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", file.source, table, reasons)
             entry["input"] = file.relpath
@@ -96,15 +96,18 @@ class ReadSources(Phase):
         return {"shards": entries}
 
 
-def _parts(records: Iterator[Record], size: int) -> Iterator[list[Record]]:
-    """Group records into parts of `size`; an empty file still yields one (empty) part, so it shows in the manifest."""
+def _parts(records: Iterator[Record], size: int, max_bytes: int) -> Iterator[list[Record]]:
+    """Group records into parts of `size` records or `max_bytes` of text, whichever comes first; an empty file still
+    yields one (empty) part, so it shows in the manifest."""
     part: list[Record] = []
+    part_bytes = 0
     emitted = False
     for record in records:
         part.append(record)
-        if len(part) == size:
+        part_bytes += len(record.text.encode("utf-8")) if record.text else 0
+        if len(part) == size or part_bytes >= max_bytes:
             yield part
-            emitted, part = True, []
+            emitted, part, part_bytes = True, [], 0
     if part or not emitted:
         yield part
 
