@@ -124,3 +124,26 @@ def test_a_bad_config_stops_before_any_rank_starts(tokens, tmp_path, capsys):
     good = write_config(tmp_path / "ok.yaml", config(tokens, tmp_path / "o"))
     assert main(["train", "--nproc", "0", str(good)]) == 2
     assert "--nproc: must be at least 1" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_sigterm_to_the_launcher_reaches_every_rank(tokens, tmp_path):
+    out = tmp_path / "run"
+    path = write_config(tmp_path / "train.yaml", config(tokens, out, steps=200, eval_every=0, checkpoint_every=4))
+    cmd = [sys.executable, "-m", "tokenmill.cli", "train", "--nproc", "2", str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoints" / "step-000000004" / "COMMITTED").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.05)
+        ranks = descendants(proc.pid)[1:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "was killed by SIGTERM" in err, err[-3000:]
+    assert ranks and not [p for p in ranks if Path(f"/proc/{p}").exists()
+                          and b"zombie" not in Path(f"/proc/{p}/status").read_bytes()]
+    assert max(losses(out)) < 200  # stopped, not finished
