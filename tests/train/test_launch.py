@@ -4,6 +4,7 @@ torchrun, and a killed rank stopping the rest. Also what torchrun itself listens
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,19 @@ def watch(cmd: list[str], timeout: float = 240, **extra_env: str) -> tuple[subpr
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), seen
 
 
+def start_past_checkpoint(path: Path, out: Path) -> subprocess.Popen:
+    """``tokenmill train --nproc 2 PATH``, returned once its step-4 checkpoint is committed."""
+    cmd = [sys.executable, "-m", "tokenmill.cli", "train", "--nproc", "2", str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    deadline = time.monotonic() + 240
+    while not (out / "checkpoints" / "step-000000004" / "COMMITTED").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no step-4 checkpoint: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.05)
+    return proc
+
+
 def test_nproc_trains_like_torchrun_and_only_torchrun_store_leaves_the_loopback(tokens, tmp_path):
     short = {"steps": 8, "eval_every": 0, "checkpoint_every": 4, "dropout": 0.0}
     port = free_port()
@@ -84,13 +98,8 @@ def test_a_killed_rank_stops_the_other_and_the_rerun_resumes(tokens, tmp_path):
     out = tmp_path / "run"
     path = write_config(tmp_path / "train.yaml", config(tokens, out, steps=12, eval_every=0, checkpoint_every=4,
                                                         dropout=0.0))
-    cmd = [sys.executable, "-m", "tokenmill.cli", "train", "--nproc", "2", str(path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    proc = start_past_checkpoint(path, out)
     try:
-        deadline = time.monotonic() + 240
-        while not (out / "checkpoints" / "step-000000004" / "COMMITTED").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
-            time.sleep(0.05)
         ranks = {}
         for pid in descendants(proc.pid)[1:]:
             try:
@@ -110,7 +119,8 @@ def test_a_killed_rank_stops_the_other_and_the_rerun_resumes(tokens, tmp_path):
     assert "tokenmill train: rank 1 was killed by SIGKILL" in err, err[-3000:]
     assert not Path(f"/proc/{ranks['0']}").exists() or b"zombie" in Path(f"/proc/{ranks['0']}/status").read_bytes()
 
-    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env())
+    resumed = subprocess.run([sys.executable, "-m", "tokenmill.cli", "train", "--nproc", "2", str(path)],
+                             capture_output=True, text=True, timeout=240, env=env())
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(losses(out)) == list(range(1, 13))
 
@@ -129,13 +139,8 @@ def test_a_bad_config_stops_before_any_rank_starts(tokens, tmp_path, capsys):
 def test_sigterm_to_the_launcher_reaches_every_rank(tokens, tmp_path):
     out = tmp_path / "run"
     path = write_config(tmp_path / "train.yaml", config(tokens, out, steps=200, eval_every=0, checkpoint_every=4))
-    cmd = [sys.executable, "-m", "tokenmill.cli", "train", "--nproc", "2", str(path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    proc = start_past_checkpoint(path, out)
     try:
-        deadline = time.monotonic() + 240
-        while not (out / "checkpoints" / "step-000000004" / "COMMITTED").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
-            time.sleep(0.05)
         ranks = descendants(proc.pid)[1:]
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
@@ -147,3 +152,11 @@ def test_sigterm_to_the_launcher_reaches_every_rank(tokens, tmp_path):
     assert ranks and not [p for p in ranks if Path(f"/proc/{p}").exists()
                           and b"zombie" not in Path(f"/proc/{p}/status").read_bytes()]
     assert max(losses(out)) < 200  # stopped, not finished
+
+
+def test_a_rank_failing_with_a_status_gives_that_status(tmp_path, capsys):
+    from tokenmill.train.launch import launch
+
+    # Each rank fails to read the config (exit 2, as `tokenmill train` does); whichever ends first is named.
+    assert launch(["train", str(tmp_path / "missing.yaml")], 2) == 2
+    assert re.search(r"^tokenmill train: rank [01] exited with status 2", capsys.readouterr().err, re.M)

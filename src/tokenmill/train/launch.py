@@ -53,17 +53,11 @@ def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2) -> int:
         for rank in range(nproc):
             procs.append(subprocess.Popen([sys.executable, "-m", "tokenmill.cli", *argv],
                                           env=rank_env(rank, nproc, store, dict(os.environ))))
-        status = 0
-        while None in [p.poll() for p in procs]:  # every rank polled: a list, not a short-circuiting any()
-            failed = [rank for rank, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if failed:
-                status = _stop_after(failed, procs)
-                break
+        # Every rank polled each round (a list, not a short-circuiting any()), until all end or one fails.
+        while None in [p.poll() for p in procs] and not any(p.returncode for p in procs):
             time.sleep(poll_s)
-        if not status:
-            failed = [rank for rank, p in enumerate(procs) if p.returncode]
-            status = _stop_after(failed, procs) if failed else 0
-        return status
+        failed = [rank for rank, p in enumerate(procs) if p.returncode]
+        return _stop_after(failed, procs) if failed else 0
     finally:
         for p in procs:
             if p.poll() is None:
