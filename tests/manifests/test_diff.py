@@ -39,6 +39,15 @@ def run_into(config_path: Path, output: Path) -> Path:
     return output
 
 
+def kept_texts(run: Path, stage: str) -> dict[str, dict[str, str]]:
+    """Every kept text by id per source, read from the shards themselves."""
+    out: dict[str, dict[str, str]] = {}
+    for path in sorted((run / stage / "shards").glob("*.parquet")):
+        for row in pq.read_table(path, columns=["id", "source", "text"]).to_pylist():
+            out.setdefault(row["source"], {})[row["id"]] = row["text"]
+    return out
+
+
 def kept_ids(run: Path, stage: str) -> dict[str, set[str]]:
     """Every kept id per source, read from the shards themselves."""
     out: dict[str, set[str]] = {}
@@ -66,6 +75,9 @@ def runs(ray_cluster, tmp_path_factory):
     def stricter(cfg):
         cfg["stages"]["clean"].setdefault("quality", {})["gopher_quality"] = {"min_doc_words": 200}
 
+    def other_placeholder(cfg):
+        cfg["stages"]["clean"]["pii"] = {"email_placeholder": "[email]"}
+
     def fewer_web(cfg):
         for source in cfg["sources"]:
             if source["name"] == "web_en":
@@ -76,6 +88,7 @@ def runs(ray_cluster, tmp_path_factory):
         "twin": run_into(base, root / "twin"),
         "strict": run_into(write_config(corpus, "strict", stricter), root / "strict"),
         "fraction": run_into(write_config(corpus, "fraction", fewer_web), root / "fraction"),
+        "placeholder": run_into(write_config(corpus, "placeholder", other_placeholder), root / "placeholder"),
         "root": root,
     }
 
@@ -85,18 +98,29 @@ def stage(result: dict, name: str) -> dict:
 
 
 def check_documents(result_stage: dict, a: Path, b: Path) -> None:
-    """Removed and added per source are exactly the set differences of the two runs' kept ids."""
-    ids_a, ids_b = kept_ids(a, result_stage["stage"]), kept_ids(b, result_stage["stage"])
+    """Removed and added per source are exactly the set differences of the two runs' kept ids; changed, exactly the
+    ids kept in both whose texts differ."""
+    texts_a, texts_b = kept_texts(a, result_stage["stage"]), kept_texts(b, result_stage["stage"])
     expected = {}
-    for source in set(ids_a) | set(ids_b):
-        removed = ids_a.get(source, set()) - ids_b.get(source, set())
-        added = ids_b.get(source, set()) - ids_a.get(source, set())
-        if removed or added:
-            expected[source] = (removed, added)
+    for source in set(texts_a) | set(texts_b):
+        ta, tb = texts_a.get(source, {}), texts_b.get(source, {})
+        removed, added = set(ta) - set(tb), set(tb) - set(ta)
+        changed = {i for i in set(ta) & set(tb) if ta[i] != tb[i]}
+        if removed or added or changed:
+            expected[source] = (removed, added, changed)
     got = {r["source"]: r for r in result_stage["documents"]}
     assert set(got) == set(expected)
-    for source, (removed, added) in expected.items():
-        assert (got[source]["removed"], got[source]["added"]) == (len(removed), len(added))
+    for source, (removed, added, changed) in expected.items():
+        assert (got[source]["removed"], got[source]["added"], got[source]["changed"]) == \
+            (len(removed), len(added), len(changed))
+        assert {e["id"] for e in got[source]["changed_examples"]} <= changed
+        assert len(got[source]["changed_examples"]) == min(3, len(changed))
+        for e in got[source]["changed_examples"]:
+            x, y = texts_a[source][e["id"]], texts_b[source][e["id"]]
+            assert x[:e["position"]] == y[:e["position"]] and x[e["position"]:e["position"] + 1] != y[e["position"]:e["position"] + 1]
+            assert (e["a"]["chars"], e["b"]["chars"]) == (len(x), len(y))
+            assert x[e["start"]:].startswith(e["a"]["excerpt"]) and y[e["start"]:].startswith(e["b"]["excerpt"])
+            assert e["a"]["excerpt"] != e["b"]["excerpt"]
         assert {e["id"] for e in got[source]["removed_examples"]} <= removed
         assert {e["id"] for e in got[source]["added_examples"]} <= added
         assert len(got[source]["removed_examples"]) == min(3, len(removed))
@@ -178,6 +202,35 @@ def test_source_fraction_shows_the_key_and_the_sampled_out_documents(runs, capsy
     assert single["stages"][0]["config"] == sample["config"]
     assert cli(["manifest", "diff", str(a / "sample" / "manifest.json"), str(b / "sample"), "--json"]) == 1
     assert json.loads(capsys.readouterr().out) == single
+
+
+def test_text_changed_under_the_same_id_is_reported(runs, capsys):
+    """Another e-mail placeholder: the same documents are kept under the same ids, in the same numbers; only the texts
+    of those that held an address differ. Before text hashes, the diff named no document here."""
+    a, b = runs["a"], runs["placeholder"]
+    result = diff_runs(str(a), str(b))
+    assert [s["status"] for s in result["stages"]] == ["identical", "identical", "different"]
+    clean = stage(result, "clean")
+    assert clean["config"] == [{"key": "stages.clean.pii.email_placeholder", "a": "<EMAIL>", "b": "[email]",
+                                "change": "changed"}]
+    # Nothing a count shows: same documents and bytes in and out (both placeholders are 7 characters), same drops.
+    assert not any(v for r in clean["by_source"] for v in r["delta"].values())
+    assert all(r["delta"] == 0 for r in clean["drops"])
+    assert clean["shards"]["changed"] and all(s["a_docs"] == s["b_docs"] for s in clean["shards"]["changed"])
+    check_documents(clean, a, b)
+    changed = {r["source"]: r for r in clean["documents"] if r["changed"]}
+    assert changed, "no document's text changed under its id: the planted e-mail addresses did not reach the kept documents"
+    assert all(r["removed"] == r["added"] == 0 for r in clean["documents"])
+    assert all("<EMAIL>" in e["a"]["excerpt"] and "[email]" in e["b"]["excerpt"]
+               for r in changed.values() for e in r["changed_examples"])
+    example = next(iter(changed.values()))["changed_examples"][0]
+
+    assert cli(["manifest", "diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "text changed" in out and f"~ {next(iter(changed))} {example['id']}: text differs from character " \
+        f"{example['position']:,}" in out
+    assert cli(["manifest", "diff", str(a), str(b), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == result
 
 
 def test_stage_in_one_run_only_and_user_errors(runs, capsys):

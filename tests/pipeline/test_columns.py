@@ -58,3 +58,13 @@ def test_lang_falls_back_to_source_language():
     table = pa.table({"id": ["1", "2"], "text": ["a", "b"], "source": ["en", "zh"]})
     filled = with_fallbacks(table, UsesLang(StageConfig(), RUN))
     assert filled.column("lang").to_pylist() == ["en", "zh"]
+
+
+class NeedsTextHash(Stage):
+    name = "needs_text_hash"
+    needs = frozenset({"id", "text", "text_hash"})
+
+
+def test_text_hash_is_provided_by_every_shard_write():
+    inputs = check_chain(chain(SampleStage, NeedsTextHash))
+    assert "text_hash" in inputs["sample"] and "text_hash" in inputs["needs_text_hash"]

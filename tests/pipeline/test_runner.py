@@ -235,3 +235,46 @@ def test_keep_dropped_false_writes_no_dropped_files(ray_cluster, corpus, tmp_pat
     assert not (tmp_path / "q" / "ingest" / "dropped").exists() and not (tmp_path / "q" / "sample" / "dropped").exists()
     manifest = json.loads((tmp_path / "q" / "sample" / "manifest.json").read_text())
     assert all(s["dropped_path"] is None for s in manifest["content"]["shards"])
+
+
+class Shout(Stage):
+    """Changes the text of every row and drops one in three, keeping the input's (now stale) `text_hash` column."""
+
+    name = "shout"
+    needs = frozenset({"id", "text", "source", "text_hash"})
+    drop_reasons = ("every_third",)
+
+    def process(self, table, shared):
+        assert "text_hash" in table.column_names  # written upstream, handed to the stage with the text
+        louder = pc.utf8_upper(table.column("text"))
+        reasons = pa.array(["every_third" if i % 3 == 0 else None for i in range(table.num_rows)], pa.string())
+        return Processed(table.set_column(table.schema.get_field_index("text"), "text", louder), reasons)
+
+
+def test_text_hash_is_the_hash_of_the_text_in_every_shard(ray_cluster, corpus, tmp_path):
+    import xxhash
+
+    _by_value()
+    config = load_config(corpus).model_copy(update={"output": str(tmp_path / "h")})
+    stages = build_stages(config) + [Shout(StageConfig(), run_context(config))]
+    run_pipeline(config, stages=stages)
+    checked: dict[str, int] = {}
+    for path in sorted((tmp_path / "h").glob("*/*/*.parquet")):
+        stage, folder = path.parent.parent.name, path.parent.name
+        if folder not in ("shards", "dropped"):
+            continue
+        table = read_shard(str(path))
+        assert table.schema.field("text_hash").type == pa.uint64(), path
+        texts, hashes = table.column("text").to_pylist(), table.column("text_hash").to_pylist()
+        assert hashes == [xxhash.xxh3_64_intdigest(t.encode("utf-8")) for t in texts], path
+        checked[f"{stage}/{folder}"] = checked.get(f"{stage}/{folder}", 0) + len(texts)
+    assert set(checked) == {"ingest/shards", "ingest/dropped", "sample/shards", "sample/dropped", "shout/shards",
+                            "shout/dropped"}
+    assert all(checked.values())
+    # The stage changed every text and wrote no hash; the writer's hashes are of the new texts, not the input's.
+    before = {r["id"]: r["text_hash"] for p in (tmp_path / "h" / "sample" / "shards").glob("*.parquet")
+              for r in read_shard(str(p)).select(["id", "text_hash"]).to_pylist()}
+    after = [r for p in (tmp_path / "h" / "shout" / "shards").glob("*.parquet")
+             for r in read_shard(str(p)).select(["id", "text", "text_hash"]).to_pylist()]
+    changed = [r for r in after if r["text"] != r["text"].lower()]
+    assert changed and all(before[r["id"]] != r["text_hash"] for r in changed)

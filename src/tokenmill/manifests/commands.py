@@ -25,7 +25,8 @@ def register(sub) -> None:
                                                 "exit 0 when identical, 1 when different")
     diff.add_argument("a", help="a run folder (the config's `output`), a stage folder, or a stage's manifest.json")
     diff.add_argument("b", help="the same kind of path, for the other run")
-    diff.add_argument("--examples", type=int, default=3, help="documents added and removed to show per source")
+    diff.add_argument("--examples", type=int, default=3,
+                      help="documents added, removed, and with changed text, to show per source")
     diff.add_argument("--json", action="store_true", help="print JSON only")
     diff.set_defaults(func=cmd_manifest_diff)
 
@@ -177,10 +178,10 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
             out.print(f"  [dim]... {len(shards['changed']) - 10} more (--json lists all)[/]")
 
     if stage["documents"]:
-        table = _table(f"{name}: documents kept in one run only (removed: A only, added: B only)",
-                       ["source", "removed", "added"], ("source",))
+        table = _table(f"{name}: documents that differ (kept in A only, in B only, or in both with another text)",
+                       ["source", "removed (A only)", "added (B only)", "text changed (same id)"], ("source",))
         for r in stage["documents"]:
-            table.add_row(escape(r["source"]), _n(r["removed"]), _n(r["added"]))
+            table.add_row(escape(r["source"]), _n(r["removed"]), _n(r["added"]), _n(r.get("changed", 0)))
         out.print(table)
         for r in stage["documents"]:
             for kind in ("removed", "added"):
@@ -189,6 +190,18 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
                         if ex["other_run_drop_reason"] else ""
                     out.print(f"  {'-' if kind == 'removed' else '+'} {escape(r['source'])} {escape(str(ex['id']))}"
                               f"{escape(reason)}: [dim]{escape(ex['preview'])}[/]", overflow="fold")
+            for ex in r.get("changed_examples", []):
+                out.print(f"  ~ {escape(r['source'])} {escape(str(ex['id']))}: text differs from character "
+                          f"{ex['position']:,} (A {ex['a']['chars']:,} characters, B {ex['b']['chars']:,})",
+                          overflow="fold")
+                for side in ("a", "b"):
+                    lead = "..." if ex["start"] else ""
+                    out.print(f"      {side.upper()}: [dim]{lead}{escape(_excerpt(ex[side]['excerpt']))}[/]", overflow="fold")
+
+
+def _excerpt(text: str) -> str:
+    """An excerpt with its invisible differences shown: newlines, tabs and other non-printing characters escaped."""
+    return repr(text)[1:-1]
 
 
 # ---------------------------------------------------------------------------------------------------------- show

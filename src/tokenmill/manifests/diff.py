@@ -1,15 +1,19 @@
-"""Compare two runs stage by stage: config keys, counts, drops, tokens, changed shards, documents added and removed.
+"""Compare two runs stage by stage: config keys, counts, drops, tokens, changed shards, documents added, removed and
+changed.
 
 `diff_runs(a, b)` returns a JSON-ready dict (the shape is in docs/manifests.md); the CLI renders it. Documents are
-compared by the `id` column of the kept shards only, and only in shards whose recorded content hash differs between
-the runs (a shard with the same hash holds the same ids and texts); texts are read for the few previewed ids alone.
+compared by the `id` and `text_hash` columns of the kept shards only, and only in shards whose recorded content hash
+differs between the runs (a shard with the same hash holds the same ids and texts); texts are read for the few
+previewed ids alone.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -19,6 +23,7 @@ from tokenmill.errors import ManifestError, TokenmillError
 from tokenmill.manifests.manifest import MANIFEST, content_hash, read_manifest
 from tokenmill.manifests.stats import NO_SUBSET
 from tokenmill.pipeline import storage
+from tokenmill.pipeline.documents import TEXT_HASH, text_hashes
 from tokenmill.pipeline.registry import STAGE_ORDER
 
 log = logging.getLogger(__name__)
@@ -26,6 +31,10 @@ log = logging.getLogger(__name__)
 TALLY_FIELDS = ("docs_in", "docs_out", "bytes_in", "bytes_out")
 TOKENS_FILE = "tokens.json"
 PREVIEW_CHARS = 120
+EXCERPT_BEFORE = 30
+"""Characters shown before the first difference of a changed text."""
+EXCERPT_AFTER = 90
+"""Characters shown from the first difference on."""
 
 
 # ---------------------------------------------------------------------------------------------------------- locating
@@ -239,43 +248,104 @@ def shard_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str,
 
 
 class _Ids:
-    """The `id` columns of some kept shards of one stage, per source, read one shard at a time."""
+    """The `id` and `text_hash` columns of some kept shards of one stage, per source, read one shard at a time.
+
+    A shard written before schema version 2 has no `text_hash`; its texts are read and hashed the same way instead
+    (`documents.text_hashes`), and a warning says so.
+    """
 
     def __init__(self, fs, stage_dir: str, entries: list[dict[str, Any]]):
         self.fs, self.stage_dir = fs, stage_dir
-        self.by_source: dict[str, list[tuple[dict[str, Any], pa.Array]]] = {}
+        self.by_source: dict[str, list[tuple[dict[str, Any], pa.Array, pa.Array]]] = {}
+        rehashed = 0
         for entry in entries:
             path = storage.join(stage_dir, entry["path"])
             try:
-                ids = pq.read_table(path, columns=["id"], filesystem=fs).column("id").combine_chunks()
-            except (OSError, pa.ArrowInvalid) as err:
+                names = pq.read_schema(path, filesystem=fs).names
+                if TEXT_HASH in names:
+                    table = pq.read_table(path, columns=["id", TEXT_HASH], filesystem=fs)
+                    hashes = table.column(TEXT_HASH).combine_chunks()
+                else:
+                    table = pq.read_table(path, columns=["id", "text"], filesystem=fs)
+                    hashes = text_hashes(table.column("text"))
+                    rehashed += 1
+                ids = table.column("id").combine_chunks()
+            except (OSError, pa.ArrowInvalid, ValueError) as err:
                 raise ManifestError(f"{path}: the manifest names this shard but it cannot be read: {err}") from None
-            self.by_source.setdefault(entry["source"], []).append((entry, ids))
+            self.by_source.setdefault(entry["source"], []).append((entry, ids, hashes.cast(pa.uint64())))
+        if rehashed:
+            log.warning("%s: %d shard(s) have no %s column (written before schema version 2); hashed their texts "
+                        "to compare them", stage_dir, rehashed, TEXT_HASH)
 
     def all(self, source: str) -> pa.Array:
-        arrays = [ids for _, ids in self.by_source.get(source, [])]
+        arrays = [ids for _, ids, _ in self.by_source.get(source, [])]
         return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string())
+
+    def hashes(self, source: str) -> pa.Array:
+        """The text hashes, in the order of `all`."""
+        arrays = [hashes for _, _, hashes in self.by_source.get(source, [])]
+        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.uint64())
 
     def shards_holding(self, source: str, ids: list[str]) -> list[tuple[dict[str, Any], list[str]]]:
         wanted = pa.array(ids, pa.string())
         out = []
-        for entry, column in self.by_source.get(source, []):
+        for entry, column, _ in self.by_source.get(source, []):
             found = column.filter(pc.is_in(column, value_set=wanted)).to_pylist()
             if found:
                 out.append((entry, found))
         return out
 
 
-def _previews(fs, stage_dir: str, held: list[tuple[dict[str, Any], list[str]]]) -> dict[str, str]:
-    """The first characters of the text of these ids only (a filtered read of each shard that holds some)."""
-    out = {}
+def _read_texts(fs, stage_dir: str, held: list[tuple[dict[str, Any], list[str]]]) -> dict[str, str]:
+    """The texts of these ids only (a filtered read of each shard that holds some); the first one for a repeated id."""
+    out: dict[str, str] = {}
     for entry, ids in held:
         table = pq.read_table(storage.join(stage_dir, entry["path"]), columns=["id", "text"], filesystem=fs,
                               filters=pc.field("id").isin(ids))
         for row in table.to_pylist():
-            text = " ".join((row["text"] or "").split())
-            out[row["id"]] = text[:PREVIEW_CHARS] + ("..." if len(text) > PREVIEW_CHARS else "")
+            out.setdefault(row["id"], row["text"] or "")
     return out
+
+
+def _previews(fs, stage_dir: str, held: list[tuple[dict[str, Any], list[str]]]) -> dict[str, str]:
+    """The first characters of the text of these ids only, whitespace collapsed."""
+    out = {}
+    for doc_id, text in _read_texts(fs, stage_dir, held).items():
+        text = " ".join(text.split())
+        out[doc_id] = text[:PREVIEW_CHARS] + ("..." if len(text) > PREVIEW_CHARS else "")
+    return out
+
+
+def text_change(a: str, b: str) -> dict[str, Any]:
+    """Where two texts first differ (in characters) and a short excerpt of each from a little before that point.
+
+    Excerpts are exact substrings (whitespace kept: a normalization change may be all there is to see);
+    `start` is the character offset both excerpts begin at.
+    """
+    position = len(os.path.commonprefix([a, b]))
+    start = max(0, position - EXCERPT_BEFORE)
+    return {"position": position, "start": start,
+            "a": {"chars": len(a), "excerpt": a[start:position + EXCERPT_AFTER]},
+            "b": {"chars": len(b), "excerpt": b[start:position + EXCERPT_AFTER]}}
+
+
+def _changed_ids(ids_a: _Ids, ids_b: _Ids, source: str) -> pa.Array:
+    """Ids kept in both runs whose text differs: an (id, text hash) pair in one run that the other lacks.
+
+    Each id once, in order of first occurrence (A's rows, then B's). An id that occurs several times in a source with
+    the same text hashes in both runs, in any order, is not changed. Two single-threaded group-bys (stable order),
+    then a probe of the ids in both runs against the few one-sided pairs.
+    """
+    a, b = ids_a.all(source), ids_b.all(source)
+    rows = pa.table({"id": pa.concat_arrays([a, b]),
+                     "h": pa.concat_arrays([ids_a.hashes(source), ids_b.hashes(source)]),
+                     "side": np.concatenate([np.zeros(len(a), np.int8), np.ones(len(b), np.int8)])})
+    sides = [("side", "min"), ("side", "max")]
+    pairs = rows.group_by(["id", "h"], use_threads=False).aggregate(sides)
+    one_sided = pairs.filter(pc.equal(pairs["side_min"], pairs["side_max"])).column("id")
+    ids = rows.group_by("id", use_threads=False).aggregate(sides)
+    in_both = ids.filter(pc.not_equal(ids["side_min"], ids["side_max"])).column("id").combine_chunks()
+    return in_both.filter(pc.is_in(in_both, value_set=one_sided.combine_chunks()))
 
 
 def _drop_reasons(fs, stage_dir: str, entries: list[dict[str, Any]], source: str, ids: list[str]) -> dict[str, str]:
@@ -299,10 +369,12 @@ def _drop_reasons(fs, stage_dir: str, entries: list[dict[str, Any]], source: str
 
 def document_changes(fs_a, dir_a: str, content_a: dict[str, Any], fs_b, dir_b: str, content_b: dict[str, Any],
                      examples: int = 3) -> list[dict[str, Any]]:
-    """Per source: documents kept in A and not in B (removed) and in B and not in A (added), with a few examples.
+    """Per source: documents kept in A and not in B (removed), in B and not in A (added), and kept in both with a
+    different text under the same id (changed), with a few examples of each.
 
-    Only shards whose content hash differs (or that one run lacks) are read, and only their `id` column. An
-    example carries the first characters of its text and, when the other run dropped it at this stage, the reason.
+    Only shards whose content hash differs (or that one run lacks) are read, and only their `id` and `text_hash`
+    columns. A removed or added example carries the first characters of its text and, when the other run dropped it
+    at this stage, the reason; a changed one where the texts first differ and an excerpt of each (`text_change`).
     """
     sa, sb = {s["path"]: s for s in content_a["shards"]}, {s["path"]: s for s in content_b["shards"]}
     same = {p for p in set(sa) & set(sb) if sa[p].get("content_hash") == sb[p].get("content_hash")}
@@ -313,9 +385,11 @@ def document_changes(fs_a, dir_a: str, content_a: dict[str, Any], fs_b, dir_b: s
         all_a, all_b = ids_a.all(source), ids_b.all(source)
         removed = all_a.filter(pc.invert(pc.is_in(all_a, value_set=all_b)))
         added = all_b.filter(pc.invert(pc.is_in(all_b, value_set=all_a)))
-        if not len(removed) and not len(added):
+        changed = _changed_ids(ids_a, ids_b, source)
+        if not len(removed) and not len(added) and not len(changed):
             continue
-        row: dict[str, Any] = {"source": source, "removed": len(removed), "added": len(added)}
+        row: dict[str, Any] = {"source": source, "removed": len(removed), "added": len(added),
+                               "changed": len(changed)}
         for name, ids, mine, fs, stage_dir, other_fs, other_dir, other_content in (
                 ("removed", removed, ids_a, fs_a, dir_a, fs_b, dir_b, content_b),
                 ("added", added, ids_b, fs_b, dir_b, fs_a, dir_a, content_a)):
@@ -324,6 +398,10 @@ def document_changes(fs_a, dir_a: str, content_a: dict[str, Any], fs_b, dir_b: s
             reasons = _drop_reasons(other_fs, other_dir, other_content["shards"], source, few)
             row[f"{name}_examples"] = [{"id": i, "preview": previews.get(i, ""), "other_run_drop_reason": reasons.get(i)}
                                        for i in few]
+        few = changed.slice(0, examples).to_pylist()
+        texts_a = _read_texts(fs_a, dir_a, ids_a.shards_holding(source, few)) if few else {}
+        texts_b = _read_texts(fs_b, dir_b, ids_b.shards_holding(source, few)) if few else {}
+        row["changed_examples"] = [{"id": i, **text_change(texts_a.get(i, ""), texts_b.get(i, ""))} for i in few]
         out.append(row)
     return out
 

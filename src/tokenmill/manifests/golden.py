@@ -50,6 +50,14 @@ def ids_digest(ids: Iterable[str]) -> str:
     return h.hexdigest()
 
 
+def texts_digest(ids: Iterable[str], text_hashes: Iterable[int]) -> str:
+    """sha256 of `<id>\t<text_hash as 16 hex digits>` lines sorted by code point, each followed by a newline."""
+    h = hashlib.sha256()
+    for line in sorted(f"{doc_id}\t{text_hash:016x}" for doc_id, text_hash in zip(ids, text_hashes)):
+        h.update(line.encode("utf-8") + b"\n")
+    return h.hexdigest()
+
+
 def _ids_entry(ids: list[str], listed: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"count": len(ids), "sha256": ids_digest(ids)}
     if listed and len(ids) <= LISTED_IDS:
@@ -71,6 +79,18 @@ def _read_columns(path: Path, columns: list[str]) -> dict[str, list]:
 
     table = pq.read_table(path, columns=columns)
     return {c: table.column(c).to_pylist() for c in columns}
+
+
+def _read_kept(path: Path) -> dict[str, list]:
+    """`id` and `text_hash` of a kept shard; the hash computed from `text` for a shard written before it existed."""
+    import pyarrow.parquet as pq
+
+    from tokenmill.pipeline.documents import TEXT_HASH, text_hashes
+
+    if TEXT_HASH in pq.read_schema(path).names:
+        return _read_columns(path, ["id", TEXT_HASH])
+    table = pq.read_table(path, columns=["id", "text"])
+    return {"id": table.column("id").to_pylist(), TEXT_HASH: text_hashes(table.column("text")).to_pylist()}
 
 
 def stage_order(run_dir: str | Path) -> list[str]:
@@ -95,10 +115,13 @@ def stage_order(run_dir: str | Path) -> list[str]:
 def _extract_stage(stage_dir: Path) -> dict[str, Any]:
     content = json.loads((stage_dir / MANIFEST).read_text(encoding="utf-8"))["content"]
     kept: dict[str, list[str]] = {}
+    kept_hashes: dict[str, list[int]] = {}
     dropped: dict[str, dict[str, list[str]]] = {}
     for entry in content["shards"]:
         source = entry["source"]
-        kept.setdefault(source, []).extend(_read_columns(stage_dir / entry["path"], ["id"])["id"])
+        cols = _read_kept(stage_dir / entry["path"])
+        kept.setdefault(source, []).extend(cols["id"])
+        kept_hashes.setdefault(source, []).extend(cols["text_hash"])
         if entry.get("dropped_path"):
             cols = _read_columns(stage_dir / entry["dropped_path"], ["id", "drop_reason"])
             for doc_id, reason in zip(cols["id"], cols["drop_reason"]):
@@ -109,6 +132,7 @@ def _extract_stage(stage_dir: Path) -> dict[str, Any]:
         by_source[source] = {
             **tally,
             "kept_ids": _ids_entry(kept.get(source, []), listed=False),
+            "kept_texts": {"sha256": texts_digest(kept.get(source, []), kept_hashes.get(source, []))},
             # Drops counted in the manifest but without a dropped file (keep_dropped: false) are only counted.
             "dropped_ids": {reason: _ids_entry(ids, listed=True) for reason, ids in sorted(listed.items())},
         }

@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from tokenmill.errors import StageChainError
-from tokenmill.pipeline.documents import BASE_COLUMNS
+from tokenmill.pipeline.documents import BASE_COLUMNS, WRITTEN_COLUMNS
 from tokenmill.pipeline.stage import RunContext, Stage
 
 
@@ -40,7 +40,8 @@ def check_chain(stages: Sequence[Stage]) -> dict[str, frozenset[str]]:
                 "and that have no fallback"
             )
         provided = provided | BASE_COLUMNS if stage.name == "ingest" else provided
-        provided = provided | {f.name for f in stage.adds}
+        # The shard writer adds `text_hash` to every shard, whatever the stage declares.
+        provided = provided | {f.name for f in stage.adds} | WRITTEN_COLUMNS
     return inputs
 
 

@@ -10,8 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
-"""Bump when the meaning or layout of a column changes: every stage then recomputes."""
+SCHEMA_VERSION = 2
+"""Bump when the meaning or layout of a column changes: every stage then recomputes.
+
+2: every shard carries `text_hash`."""
 
 BASE_SCHEMA = pa.schema(
     [
@@ -24,6 +26,13 @@ BASE_SCHEMA = pa.schema(
 )
 BASE_COLUMNS = frozenset(BASE_SCHEMA.names)
 DROP_REASON = "drop_reason"
+
+TEXT_HASH = "text_hash"
+"""xxh3-64 of the UTF-8 bytes of `text` (seed 0), as uint64. `map_phase.split_and_write` computes it from the text
+of every row it writes, kept or dropped, so no stage writes it and none can leave it stale."""
+TEXT_HASH_FIELD = pa.field(TEXT_HASH, pa.uint64(), nullable=False)
+WRITTEN_COLUMNS = frozenset({TEXT_HASH})
+"""Columns the shard writer adds to every shard of every stage, whatever the stage declares."""
 
 # Row groups of a fixed size keep the bytes of a shard independent of how it was assembled.
 ROW_GROUP_SIZE = 2048
@@ -77,6 +86,35 @@ def column_digest(hasher, column: pa.ChunkedArray | pa.Array) -> None:
         return
     offsets = np.frombuffer(offsets_buf, dtype="<i8")[column.offset : column.offset + len(column) + 1]
     hasher.update(memoryview(data_buf)[offsets[0] : offsets[-1]])
+
+
+def text_hashes(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """xxh3-64 of each string's UTF-8 bytes (the `text_hash` column), hashed from Arrow's buffers, not Python strings.
+
+    A null is an error: the schema says `text` is never null, and a null would have no hash to compare.
+    """
+    import xxhash
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+    if column.null_count:
+        raise ValueError(f"{column.null_count} null text(s): `text` must be a string in every row")
+    column = column.cast(pa.large_string())
+    n = len(column)
+    if n == 0:
+        return pa.array([], pa.uint64())
+    offsets = np.frombuffer(column.buffers()[1], dtype="<i8")[column.offset : column.offset + n + 1].tolist()
+    data = memoryview(column.buffers()[2] or b"")
+    h = xxhash.xxh3_64_intdigest
+    return pa.array(np.fromiter((h(data[offsets[i] : offsets[i + 1]]) for i in range(n)), np.uint64, n), pa.uint64())
+
+
+def with_text_hash(table: pa.Table) -> pa.Table:
+    """The table with `text_hash` computed from its `text`: replaced in place when present, else appended."""
+    hashes = text_hashes(table.column("text"))
+    if TEXT_HASH in table.column_names:
+        return table.set_column(table.schema.get_field_index(TEXT_HASH), TEXT_HASH_FIELD, hashes)
+    return table.append_column(TEXT_HASH_FIELD, hashes)
 
 
 def content_hash(table: pa.Table) -> str:

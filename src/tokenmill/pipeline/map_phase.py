@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from tokenmill.manifests.stats import tally_table
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
-from tokenmill.pipeline.documents import DROP_REASON, content_hash, read_shard, shard_bytes
+from tokenmill.pipeline.documents import DROP_REASON, content_hash, read_shard, shard_bytes, with_text_hash
 from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
 
@@ -24,8 +24,16 @@ def split_and_write(
     stage: Stage, ctx: TaskContext, name: str, source: str, table: pa.Table, reasons: pa.Array,
     stats: Any = None,
 ) -> dict[str, Any]:
-    """Write the kept and dropped rows of one processed shard of `source`; return its manifest entry."""
+    """Write the kept and dropped rows of one processed shard of `source`; return its manifest entry.
+
+    Every shard a stage writes passes here: `text_hash` is computed from the text being written (whatever the table
+    carried in that column), so it is in every kept and dropped shard and always matches its text.
+    """
     stage.check_reasons(reasons)
+    try:
+        table = with_text_hash(table)
+    except ValueError as err:
+        raise RuntimeError(f"stage {stage.name!r}, shard {name}: {err}") from None
     kept_mask = pc.is_null(reasons)
     kept = table.filter(kept_mask)
     shard_path = f"shards/{name}.parquet"
