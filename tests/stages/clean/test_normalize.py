@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from tokenmill.stages.clean.normalize import NormalizeConfig, normalize, normalize_whitespace
+from tokenmill.stages.clean.normalize import NormalizeConfig, normalize, normalize_whitespace, whitespace_layout
 
 ALL = NormalizeConfig()
 
@@ -56,3 +56,117 @@ def test_each_step_can_be_turned_off():
     raw = "CafÃ©\t\tＡＢ"
     assert normalize(raw, NormalizeConfig(ftfy=False, nfc=False, whitespace=False, fullwidth=False)) == (raw, [])
     assert normalize(raw, ALL) == ("Café AB", ["ftfy", "whitespace", "fullwidth"])
+
+
+# --- code keeps its whitespace (issue 16, item 3) ---------------------------------------------------------------
+
+ANSWER = """I tried this, and the loop never ends:
+
+```python
+def drain(queue):
+\twhile queue:   # tab-indented on purpose
+        item  =  queue.pop()
+```
+
+Then I read   the docs.\tThey say to write it like this:
+
+    for item in reversed(queue):
+        handle(item)      # aligned
+        log(item)         # comments
+
+which    works."""
+
+
+def test_prose_keeps_fenced_and_indented_code_blocks_and_collapses_its_own_runs():
+    out, kept = whitespace_layout(ANSWER, "blocks")
+    assert kept == "blocks"
+    fenced = ANSWER[ANSWER.index("```python"):ANSWER.index("```\n\nThen") + 3]
+    indented = ANSWER[ANSWER.index("    for item"):ANSWER.index("\n\nwhich")]
+    assert fenced in out and indented in out  # byte for byte: tabs, indentation, aligned comments
+    assert "Then I read the docs. They say to write it like this:" in out
+    assert out.endswith("\n\nwhich works.")
+    # `detect`: this short answer is code by content as a whole; under a page of prose, its blocks are.
+    assert whitespace_layout(ANSWER, "detect") == (ANSWER, "document")
+    page = "\n".join(f"Paragraph {i} of  a long page about queues." for i in range(80)) + "\n\n" + ANSWER
+    out, kept = whitespace_layout(page, "detect")
+    assert kept == "blocks" and fenced in out and indented in out and "Paragraph 7 of a long page" in out
+
+
+def test_indented_block_needs_no_blank_line_before_it():
+    """Code pasted under its sentence (StackExchange, web pages) is kept; Markdown would call it a paragraph."""
+    text = "I wrote:\n    if  x:\n        y = 1   # one\nand it  fails."
+    assert normalize_whitespace(text) == "I wrote:\n    if  x:\n        y = 1   # one\nand it fails."
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("~~~~\ncode  with\truns\n~~~\nstill  code\n~~~~\nprose  again",
+     "~~~~\ncode  with\truns\n~~~\nstill  code\n~~~~\nprose again"),  # a shorter fence does not close
+    ("```\nunclosed  fence runs\tto the end", "```\nunclosed  fence runs\tto the end"),
+    ("``` a`b\nnot  a fence", "``` a`b\nnot a fence"),  # a backtick fence's info string holds no backtick
+    ("#define BPF_JMP32\t0x06\t/* jmp mode */\nprose  here",
+     "#define BPF_JMP32\t0x06\t/* jmp mode */\nprose here"),
+])
+def test_fences_and_directives(text, kept):
+    assert normalize_whitespace(text) == kept
+
+
+def test_prose_keeps_indentation_but_not_inner_runs_nor_blank_runs():
+    text = "  First line.\n  Second  line\twith  runs.\n\n\n\n\n  Third."
+    assert normalize_whitespace(text) == "First line.\n  Second line with runs.\n\n\n  Third."
+
+
+def test_code_documents_keep_blank_runs_tabs_form_feeds_and_indentation_of_the_first_line():
+    code = "    x = 1\n\n\n\n\n\f\ndef f():\n\treturn  x  \r\n"
+    assert normalize_whitespace(code, "document") == "    x = 1\n\n\n\n\n\f\ndef f():\n\treturn  x"
+
+
+def test_code_mode_picks_where_code_is():
+    python = ("import os\n\n\ndef main(argv):\n    if  len(argv) > 1:\n        return  os.getcwd()\n"
+              "    return None\n")
+    assert whitespace_layout(python, "detect") == (python.rstrip("\n"), "document")  # code by content
+    assert whitespace_layout(python, "blocks") == (python.rstrip("\n"), "blocks")  # its indented lines are a block
+    off = whitespace_layout(python, "off")
+    assert off == ("import os\n\n\ndef main(argv):\n    if len(argv) > 1:\n        return os.getcwd()\n"
+                   "    return None", None)
+
+
+def test_web_code_indented_with_no_break_spaces_becomes_spaces_one_for_one():
+    text = "<div>\n\u00a0\u00a0\u00a0\u00a0<label>\n\u00a0 \u00a0 \u00a0 \u00a0 <input>\n</div>"
+    assert normalize_whitespace(text, "document") == "<div>\n    <label>\n        <input>\n</div>"
+
+
+def test_the_code_kept_is_named_apart_from_the_steps_that_changed_the_text():
+    from tokenmill.stages.clean.normalize import normalize_with_layout
+
+    assert normalize_with_layout(ANSWER, NormalizeConfig(code="blocks"))[1:] == (["whitespace"], "code_layout:blocks")
+    code = "def f(x):\n    return  x"
+    assert normalize_with_layout(code, NormalizeConfig(code="document")) == (code, [], "code_layout:document")
+    assert normalize(code, NormalizeConfig(code="document")) == (code, [])  # clean_steps: nothing changed
+
+
+def test_code_layout_errors_names_lost_indentation_and_tabs():
+    from tokenmill.stages.clean.code_blocks import code_layout_errors
+
+    before = "all:\n\tcc -o a a.c\r\nclean:\n\trm  -f a   \n"
+    assert code_layout_errors(before, normalize_whitespace(before, "document")) == []
+    assert code_layout_errors(before, "all:\n cc -o a a.c\nclean:\n rm -f a") == [
+        "line 2: '\\tcc -o a a.c' became ' cc -o a a.c'", "line 4: '\\trm  -f a   ' became ' rm -f a'"]
+    assert code_layout_errors(before, "all:\n\tcc -o a a.c") == ["4 non-blank lines before, 2 after"]
+
+
+def test_normalize_override_is_validated_naming_the_key(tmp_path):
+    from tokenmill.errors import ConfigError
+    from tokenmill.pipeline.config import parse_config
+
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    config = {"output": "o", "sources": [{"name": "pile", "format": "jsonl", "paths": ["a.jsonl"]}],
+              "stages": {"clean": {"overrides": [{"source": "pile", "subset": "Github",
+                                                  "normalize": {"tabs": False}}]}}}
+    with pytest.raises(ConfigError, match=r"stages\.clean\.overrides\[0\]\.normalize\.tabs"):
+        parse_config(config, tmp_path)
+    config["stages"]["clean"]["overrides"][0]["normalize"] = {"code": "sometimes"}
+    with pytest.raises(ConfigError, match=r"stages\.clean\.overrides\[0\]\.normalize\.code"):
+        parse_config(config, tmp_path)
+    config["stages"]["clean"]["overrides"][0]["normalize"] = {"code": "document"}
+    clean = parse_config(config, tmp_path).stages.clean
+    assert clean.overrides[0].normalize.code == "document"

@@ -23,6 +23,9 @@ class CleanOverride(StrictModel):
     """The escape policy for these documents, e.g. `{mode: flag}` for a subset of code."""
     quality: Optional[QualityConfig] = None
     """The quality rules for these documents, e.g. fewer words for short-form sources such as Reddit comments."""
+    normalize: Optional[NormalizeConfig] = None
+    """The normalization steps for these documents, in place of the stage's (the whole block: keys left out take
+    their defaults), e.g. `{code: document}` for a subset of source files such as the Pile's Github."""
 
 
 class CleanConfig(StageConfig):
@@ -31,9 +34,10 @@ class CleanConfig(StageConfig):
     escapes: EscapePolicy = EscapePolicy()
     """What to do with text that still carries escapes from an upstream serialization (the OPT lesson)."""
     overrides: list[CleanOverride] = []
-    """Per source and subset settings, e.g. `{source: pile, subset: ArXiv, escapes: {mode: flag}}`."""
+    """Per source and subset `escapes`, `normalize` or `quality`, e.g. `{source: pile, subset: ArXiv, escapes: {mode:
+    flag}}` or `{source: pile, subset: Github, normalize: {code: document}}`."""
     normalize: NormalizeConfig = NormalizeConfig()
-    """Unicode and whitespace normalization steps."""
+    """Unicode and whitespace normalization steps, and where whitespace is code's own (kept)."""
     pii: Optional[PiiConfig] = PiiConfig()
     """Personal data replaced by placeholders; null turns it off."""
     blocklist: Optional[str] = None

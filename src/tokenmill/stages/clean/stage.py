@@ -15,7 +15,7 @@ from tokenmill.pipeline.stage import Processed, Stage
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.escapes import ESCAPE_DROP_REASONS, apply_policy
 from tokenmill.stages.clean.langid import identify, mismatch
-from tokenmill.stages.clean.normalize import normalize
+from tokenmill.stages.clean.normalize import normalize_with_layout
 from tokenmill.stages.clean.pii import blocked, load_blocklist, replace_pii
 from tokenmill.stages.clean.quality import QUALITY_DROP_REASONS, QUALITY_SCORE_COLUMNS, quality
 
@@ -62,8 +62,8 @@ class CleanStage(Stage):
                 self._blocklist = load_blocklist(f)
 
     def setting(self, name: str, source: str, subset: str | None):
-        """`escapes` or `quality` for a document: the most specific override that sets it (source and subset,
-        then subset, then source), else the stage's own."""
+        """`escapes`, `normalize` or `quality` for a document: the most specific override that sets it (source and
+        subset, then subset, then source), else the stage's own."""
         best, rank = getattr(self.config, name), -1
         for o in self.config.overrides:
             if getattr(o, name) is None:
@@ -104,9 +104,9 @@ class CleanStage(Stage):
             if outcome.drop_reason is not None:
                 reasons[i] = outcome.drop_reason
                 continue
-            text, changed = normalize(outcome.text, self.config.normalize)
+            text, changed, layout = normalize_with_layout(outcome.text, self.setting("normalize", source, subset))
             steps[i] += changed
-            stats.count("normalize", changed)
+            stats.count("normalize", changed if layout is None else [*changed, layout])
             if self.config.pii is not None:
                 text, found = replace_pii(text, self.config.pii)
                 if found:
