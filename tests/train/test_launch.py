@@ -67,18 +67,22 @@ def start_past_checkpoint(path: Path, out: Path) -> subprocess.Popen:
 
 
 def test_nproc_trains_like_torchrun_and_only_torchrun_store_leaves_the_loopback(tokens, tmp_path):
-    short = {"steps": 8, "eval_every": 0, "checkpoint_every": 4, "dropout": 0.0}
+    short = {"steps": 8, "eval_every": 0, "checkpoint_every": 4}
     port = free_port()
     by_torchrun = tmp_path / "torchrun"
+
+    def defaults(cfg: dict) -> dict:  # dropout and the loader's workers as the trainer has them by default
+        return {k: v for k, v in cfg.items() if k not in ("dropout", "num_workers")}
+
     torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nnodes", "1", "--nproc-per-node", "2",
                 "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "tokenmill.cli", "train",
-                str(write_config(tmp_path / "a.yaml", config(tokens, by_torchrun, **short)))]
+                str(write_config(tmp_path / "a.yaml", defaults(config(tokens, by_torchrun, **short))))]
     done, torchrun_seen = watch(torchrun)
     assert done.returncode == 0, done.stderr[-3000:]
 
     by_nproc = tmp_path / "nproc"
     cmd = [sys.executable, "-m", "tokenmill.cli", "train", "--nproc", "2",
-           str(write_config(tmp_path / "b.yaml", config(tokens, by_nproc, **short)))]
+           str(write_config(tmp_path / "b.yaml", defaults(config(tokens, by_nproc, **short))))]
     done, nproc_seen = watch(cmd)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 x cpu" in done.stdout  # rank 0's summary: both ranks were in the group

@@ -82,7 +82,7 @@ class TrainConfig(StrictModel):
     grad_clip: float = Field(default=1.0, gt=0)
     """Clip the global gradient norm to this."""
     seed: int = 0
-    """Fixes the initial weights, the data order and dropout (per step and rank)."""
+    """Fixes the initial weights, the data order and dropout (per step, micro-batch and rank)."""
     output: str
     """Checkpoints, metrics.jsonl, events.jsonl and the resolved config; a run whose output holds a checkpoint
     resumes from it."""

@@ -10,12 +10,15 @@ to ``events.jsonl``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,6 +45,13 @@ KILL_AFTER_STEP_ENV = "TOKENMILL_KILL_AFTER_STEP"
 # Config keys a resumed run may change without changing what it computes.
 RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "num_workers",
                      "log_every", "peak_tflops", "guard", "output", "compile"}
+
+
+def dropout_seed(seed: int, step: int, micro: int, rank: int) -> int:
+    """The seed of one micro-batch's dropout masks: a keyed hash of (seed, step, micro-batch, rank), so no two of
+    them share a stream whatever the run's length, accumulation or world size."""
+    key = f"tokenmill.train.dropout:{seed}:{step}:{micro}:{rank}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1  # manual_seed: < 2**63
 
 
 def padded_vocab(vocab_size: int) -> int:
@@ -103,8 +113,7 @@ class Trainer:
         self.compute_dtype = dtype
         self.sharded = d.world_size > 1
         if not self.sharded:
-            model = OPTDecoder(self.mcfg)
-            model.init_weights(torch.Generator().manual_seed(cfg.seed))
+            model = self._initial_model()
             if cfg.compile:
                 for block in model.blocks:
                     block.compile()
@@ -122,10 +131,17 @@ class Trainer:
         model.to_empty(device=d.device)
         full = {}
         if d.main:
-            reference = OPTDecoder(self.mcfg)
-            reference.init_weights(torch.Generator().manual_seed(cfg.seed))
-            full = reference.state_dict()
+            full = self._initial_model().state_dict()
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        return model
+
+    def _initial_model(self) -> OPTDecoder:
+        """The initial weights, on the CPU, from the seed alone: built on the meta device (a module built on a real
+        device initialises itself from the global RNG first), then filled through a seeded generator."""
+        with torch.device("meta"):
+            model = OPTDecoder(self.mcfg)
+        model.to_empty(device="cpu")
+        model.init_weights(torch.Generator().manual_seed(self.cfg.seed))
         return model
 
     def _autocast(self):
@@ -178,24 +194,39 @@ class Trainer:
     def forward_backward(self, step: int) -> tuple[float, int]:
         """The step's micro-batches forward and backward (gradients reduced on the last): (global mean loss, batch)."""
         d = self.d
-        # Dropout from (seed, step, rank): a resumed or rolled-back step draws the same masks, no RNG state saved.
-        torch.manual_seed((self.cfg.seed * 1_000_003 + step) * 4099 + d.rank)
         loss_sum = torch.zeros((), device=d.device)
         batch = -1
         for m in range(self.accumulation):
+            # Outside the dropout stream: the first next() of an iterator starts the loader's DataLoader, which
+            # draws its workers' base seed from the global RNG (once per run, and again after a rollback).
             micro = next(self.iterator)
             batch = self.loader.last_batch
             if self.sharded:
                 self.model.set_requires_gradient_sync(m == self.accumulation - 1)
             positions = micro.get("position_ids")
-            with self._autocast():
-                loss = self.model(micro["input_ids"].to(d.device, non_blocking=True),
-                                  labels=micro["labels"].to(d.device, non_blocking=True),
-                                  position_ids=None if positions is None else positions.to(d.device))
-            (loss / self.accumulation).backward()
+            with self._dropout_rng(step, m):
+                with self._autocast():
+                    loss = self.model(micro["input_ids"].to(d.device, non_blocking=True),
+                                      labels=micro["labels"].to(d.device, non_blocking=True),
+                                      position_ids=None if positions is None else positions.to(d.device))
+                (loss / self.accumulation).backward()
             loss_sum += loss.detach().float()
         loss_value, = d.all_mean([float(loss_sum) / self.accumulation])
         return loss_value, batch
+
+    @contextmanager
+    def _dropout_rng(self, step: int, micro: int) -> Iterator[None]:
+        """Dropout (and any other random op of the forward and backward) from a stream keyed by (seed, step,
+        micro-batch, rank) alone: whatever drew from the global RNG before (loader workers starting, a rollback, a
+        resume, the caller) cannot shift the masks, and the caller's RNG state is given back unchanged. Neither
+        ``nn.Dropout`` nor ``scaled_dot_product_attention`` takes a generator, hence a forked global stream."""
+        device = self.d.device
+        seed = dropout_seed(self.cfg.seed, step, micro, self.d.rank)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+            torch.default_generator.manual_seed(seed)
+            if device.type == "cuda":
+                torch.cuda.default_generators[device.index].manual_seed(seed)
+            yield
 
     def _step(self, step: int) -> tuple[dict[str, Any], Verdict | None]:
         cfg, d = self.cfg, self.d
