@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from tokenmill.dedup.candidates import candidate_pairs, exact_pairs
-from tokenmill.dedup.clusters import components
 
 
 def _u64(*xs):
@@ -19,26 +18,28 @@ def _brute(band, key, doc, cap):
     buckets: dict = {}
     for b, k, d in zip(band.tolist(), key.tolist(), doc.tolist()):
         buckets.setdefault((b, k), set()).add(d)
-    pairs, overflow = set(), 0
-    for members in buckets.values():
+    pairs, over = set(), []
+    for _, members in sorted(buckets.items()):
         ms = sorted(members)
-        full = len(ms) * (len(ms) - 1) // 2
-        if full > cap:
-            pairs |= {(ms[0], m) for m in ms[1:]}
-            overflow += full - (len(ms) - 1)
+        if len(ms) * (len(ms) - 1) // 2 > cap:
+            over.append(ms)
         else:
             pairs |= set(itertools.combinations(ms, 2))
-    return sorted(pairs), overflow
+    return sorted(pairs), over
+
+
+def _groups(found):
+    return [found.over_cap_doc[found.over_cap_bucket == i].tolist() for i in range(found.buckets_over_cap)]
 
 
 def test_buckets_to_pairs():
     band = np.array([0, 0, 0, 0, 1, 1], dtype=np.int64)
     key = _u64(7, 7, 7, 9, 7, 7)
     doc = _u64(30, 10, 20, 40, 40, 10)
-    pairs, overflow = candidate_pairs(band, key, doc)
-    assert pairs.dtype == np.uint64 and pairs.shape == (4, 2)
-    assert pairs.tolist() == [[10, 20], [10, 30], [10, 40], [20, 30]]
-    assert overflow == 0
+    found = candidate_pairs(band, key, doc)
+    assert found.pairs.dtype == np.uint64 and found.pairs.shape == (4, 2)
+    assert found.pairs.tolist() == [[10, 20], [10, 30], [10, 40], [20, 30]]
+    assert found.buckets_over_cap == 0 and found.over_cap_pairs == 0 and found.over_cap_doc.size == 0
 
 
 def test_pairs_unique_across_bands_and_repeated_rows():
@@ -47,32 +48,31 @@ def test_pairs_unique_across_bands_and_repeated_rows():
     key = _u64(5, 5, 8, 8, 1, 1, 1)
     big = (3 << 32) | 17
     doc = _u64(big, 2, 2, big, big, 2, 2)
-    pairs, overflow = candidate_pairs(band, key, doc)
-    assert pairs.tolist() == [[2, big]]
-    assert overflow == 0
+    found = candidate_pairs(band, key, doc)
+    assert found.pairs.tolist() == [[2, big]]
+    assert found.buckets_over_cap == 0
 
 
 def test_same_key_different_band_is_not_a_bucket():
-    pairs, _ = candidate_pairs(np.array([0, 1]), _u64(5, 5), _u64(1, 2))
+    pairs = candidate_pairs(np.array([0, 1]), _u64(5, 5), _u64(1, 2)).pairs
     assert pairs.shape == (0, 2)
 
 
-def test_bucket_over_cap_is_a_star_and_counts_overflow():
+def test_bucket_over_cap_emits_its_members_not_a_star():
     k = 6  # 15 pairs > cap 10
     band = np.zeros(k + 2, dtype=np.int64)
     key = _u64(*([1] * k + [2, 2]))
     doc = _u64(60, 50, 40, 30, 20, 10, 70, 80)
-    pairs, overflow = candidate_pairs(band, key, doc, max_pairs_per_bucket=10)
-    star = [[10, d] for d in (20, 30, 40, 50, 60)]
-    assert pairs.tolist() == star + [[70, 80]]
-    assert overflow == 15 - 5
-    nodes, comp = components(pairs)
-    assert set(comp[np.isin(nodes, doc[:k])].tolist()) == {10}
+    found = candidate_pairs(band, key, doc, max_pairs_per_bucket=10)
+    # No pair of the capped bucket is emitted (nor dropped): the whole bucket goes to leader clustering.
+    assert found.pairs.tolist() == [[70, 80]]
+    assert found.buckets_over_cap == 1 and found.over_cap_pairs == 15
+    assert _groups(found) == [[10, 20, 30, 40, 50, 60]]
 
 
 def test_bucket_at_cap_is_complete():
-    pairs, overflow = candidate_pairs(np.zeros(5), np.zeros(5, dtype=np.uint64), _u64(1, 2, 3, 4, 5), 10)
-    assert len(pairs) == 10 and overflow == 0
+    found = candidate_pairs(np.zeros(5), np.zeros(5, dtype=np.uint64), _u64(1, 2, 3, 4, 5), 10)
+    assert len(found.pairs) == 10 and found.buckets_over_cap == 0
 
 
 def test_random_against_bruteforce_and_input_order():
@@ -82,17 +82,18 @@ def test_random_against_bruteforce_and_input_order():
     key = rng.integers(0, 12, n).astype(np.uint64)
     doc = rng.integers(0, 60, n).astype(np.uint64) + np.uint64(1 << 40)
     want_pairs, want_over = _brute(band, key, doc, 20)
-    pairs, overflow = candidate_pairs(band, key, doc, max_pairs_per_bucket=20)
-    assert [tuple(p) for p in pairs.tolist()] == want_pairs
-    assert overflow == want_over > 0
+    found = candidate_pairs(band, key, doc, max_pairs_per_bucket=20)
+    assert [tuple(p) for p in found.pairs.tolist()] == want_pairs
+    assert _groups(found) == want_over and len(want_over) > 0
+    assert found.over_cap_pairs == sum(len(g) * (len(g) - 1) // 2 for g in want_over)
     perm = rng.permutation(n)
-    pairs2, overflow2 = candidate_pairs(band[perm], key[perm], doc[perm], max_pairs_per_bucket=20)
-    assert np.array_equal(pairs, pairs2) and overflow2 == overflow
+    again = candidate_pairs(band[perm], key[perm], doc[perm], max_pairs_per_bucket=20)
+    assert all(np.array_equal(x, y) for x, y in zip(found[:3], again[:3])) and again[3] == found[3]
 
 
 def test_empty_and_bad_input():
-    pairs, overflow = candidate_pairs(np.array([]), np.array([]), np.array([]))
-    assert pairs.shape == (0, 2) and pairs.dtype == np.uint64 and overflow == 0
+    found = candidate_pairs(np.array([]), np.array([]), np.array([]))
+    assert found.pairs.shape == (0, 2) and found.pairs.dtype == np.uint64 and found.buckets_over_cap == 0
     with pytest.raises(ValueError):
         candidate_pairs(np.zeros(2), np.zeros(3), np.zeros(2))
 

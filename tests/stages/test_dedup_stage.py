@@ -80,6 +80,11 @@ def test_exact_and_near_duplicates_across_shards_and_sources(ray_cluster, corpus
     assert report["clusters"]["clusters"] == 2 and report["clusters"]["near_duplicates"] == 1
     assert report["clusters"]["by_source"]["forum"]["size_histogram"] == {"2": 2}
     assert reports[-1].totals["drops"] == {"exact_duplicate": 1, "near_duplicate": 1}
+    candidates = report["candidates"]
+    assert candidates["buckets_over_cap"] == 0 and candidates["pairs_not_verified"] == 0
+    assert candidates["pairs_rejected"] >= 1  # f-near93
+    assert candidates["pairs_verified"] == candidates["candidate_pairs"] == \
+        candidates["pairs_above_threshold"] + candidates["pairs_rejected"]
 
 
 def test_workers_do_not_change_bytes_and_resume_is_exact(ray_cluster, corpus, tmp_path):
@@ -97,3 +102,60 @@ def test_workers_do_not_change_bytes_and_resume_is_exact(ray_cluster, corpus, tm
     resumed = run_into(config, out)
     assert resumed[-1].status == "resumed"
     assert tree(out) == tree(tmp_path / "w1")
+
+
+@pytest.fixture(scope="module")
+def giant_bucket(tmp_path_factory):
+    """Forty documents sharing most of their text, forced into one LSH bucket (1 band x 1 row) over a cap of 3
+    pairs; only the last two, A and B, are near duplicates (Jaccard > 0.95). The bucket's first document, the old
+    star's centre, is neither."""
+    root = tmp_path_factory.mktemp("giant")
+    rng = random.Random(11)
+    boilerplate = article(rng, 300)
+    docs = [{"id": f"d{i:02d}", "text": boilerplate + " " + article(rng, 150)} for i in range(38)]
+    a_text = boilerplate + " " + article(rng, 150)
+    docs += [{"id": "x-a", "text": a_text}, {"id": "x-b", "text": edited(a_text, rng, 0.97)}]
+    write_jsonl(root / "web" / "a.jsonl", docs)
+    config = {"output": "out", "seed": 1, "ingest": {"docs_per_shard": 10},
+              "sources": [{"name": "web", "format": "jsonl", "paths": ["web/*.jsonl"], "id_field": "id"}],
+              "stages": {"dedup": {"partitions": 2, "num_perm": 16, "bands": 1, "rows": 1,
+                                   "max_pairs_per_bucket": 3}}}
+    (root / "run.yaml").write_text(yaml.safe_dump(config))
+    return root / "run.yaml", jaccard(docs[-2]["text"], docs[-1]["text"]), jaccard(docs[0]["text"], a_text)
+
+
+def test_bucket_over_the_cap_keeps_pairs_away_from_its_first_document(ray_cluster, giant_bucket, tmp_path):
+    config, j_ab, j_other = giant_bucket
+    assert j_ab > 0.95 and j_other < 0.9
+    run_into(config, tmp_path / "o")
+    out = tmp_path / "o"
+    # The old star verified A and B only against d00 and lost the pair; leader clustering finds it.
+    # B, the edited copy, is the longer one: it stays.
+    assert dropped(out) == {"x-a": "near_duplicate"}
+    by_id = {r["id"]: r for r in pq.read_table(out / "dedup" / "clusters.parquet").to_pylist()}
+    assert by_id["x-a"]["removed_by"] == "x-b" and by_id["x-a"]["jaccard"] > 0.95
+
+
+def test_candidate_counts_reach_the_manifest_and_the_summary(ray_cluster, giant_bucket, tmp_path):
+    config, _, _ = giant_bucket
+    run_into(config, tmp_path / "o")
+    report = json.loads((tmp_path / "o" / "dedup" / "manifest.json").read_text())["content"]["report"]
+    c = report["candidates"]
+    assert c["buckets_over_cap"] >= 1 and c["pairs_in_buckets_over_cap"] >= 39 * 38 // 2
+    # Leader clustering compared a fraction of the bucket's pairs, in one pass, and left none undecided.
+    assert 0 < c["pairs_compared_in_buckets_over_cap"] < c["pairs_in_buckets_over_cap"]
+    assert c["buckets_over_cap_second_pass"] == 0
+    assert c["pairs_verified"] == c["pairs_above_threshold"] + c["pairs_rejected"]
+    assert c["pairs_verified"] == c["candidate_pairs"] + c["pairs_compared_in_buckets_over_cap"]
+    assert c["pairs_above_threshold"] >= 1 and c["pairs_rejected"] > 0 and c["pairs_not_verified"] == 0
+    assert f"{c['buckets_over_cap']:,} buckets over the cap" in report["summary"][1]
+    assert f"{c['pairs_not_verified']:,} pairs not verified" in report["summary"][1]
+    # A budget of one comparison per document leaves pairs undecided, and says how many.
+    cfg = yaml.safe_load(config.read_text())
+    cfg["stages"]["dedup"]["max_comparisons_per_document"] = 1
+    tight = config.parent / "tight.yaml"
+    tight.write_text(yaml.safe_dump(cfg))
+    run_into(tight, tmp_path / "t")
+    report = json.loads((tmp_path / "t" / "dedup" / "manifest.json").read_text())["content"]["report"]
+    assert report["candidates"]["pairs_not_verified"] > 0 and report["candidates"]["buckets_over_cap_second_pass"] >= 1
+    assert f"{report['candidates']['pairs_not_verified']:,} pairs not verified" in report["summary"][1]

@@ -7,9 +7,11 @@ row, rows sorted (lexicographically) and unique, whatever the order of the input
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-__all__ = ["candidate_pairs", "exact_pairs"]
+__all__ = ["Candidates", "candidate_pairs", "exact_pairs"]
 
 _EMPTY_PAIRS_SHAPE = (0, 2)
 
@@ -47,12 +49,31 @@ def _run_starts(*cols: np.ndarray) -> np.ndarray:
     return start
 
 
+class Candidates(NamedTuple):
+    """What LSH buckets propose: all pairs of the buckets within the cap, and the members of those over it."""
+
+    pairs: np.ndarray
+    """``(m, 2)`` ``uint64`` pairs from buckets of at most ``max_pairs_per_bucket`` pairs, ``a < b``, sorted, unique."""
+    over_cap_bucket: np.ndarray
+    """``(r,)`` ``int64``: per member row of an over-cap bucket, the bucket's index (``0..buckets-1``, in
+    ``(band, key)`` order)."""
+    over_cap_doc: np.ndarray
+    """``(r,)`` ``uint64``: the member document; rows sorted by bucket, then document; a document once per bucket."""
+    over_cap_pairs: int
+    """``k*(k-1)/2`` summed over the over-cap buckets: the pairs they hold, none of them emitted here."""
+
+    @property
+    def buckets_over_cap(self) -> int:
+        """How many buckets were over the cap."""
+        return int(self.over_cap_bucket[-1]) + 1 if self.over_cap_bucket.size else 0
+
+
 def candidate_pairs(
     band: np.ndarray,
     key: np.ndarray,
     doc: np.ndarray,
     max_pairs_per_bucket: int = 10_000,
-) -> tuple[np.ndarray, int]:
+) -> Candidates:
     """Candidate document pairs from LSH band buckets.
 
     Each input row ``(band[i], key[i], doc[i])`` says that document ``doc[i]`` hashed to ``key[i]`` in LSH band
@@ -60,22 +81,19 @@ def candidate_pairs(
     the same bucket counts once.
 
     A bucket of ``k`` documents yields all ``k*(k-1)/2`` pairs when that is at most ``max_pairs_per_bucket``.
-    Beyond that cap the bucket yields a *star* instead: every document paired only with the bucket's smallest
-    document (``k-1`` pairs, which keeps the bucket connected in O(k) pairs; connectivity wins over the cap, so a
-    star of more than ``max_pairs_per_bucket + 1`` documents still emits its ``k-1`` pairs), and the
-    ``k*(k-1)/2 - (k-1)`` pairs not emitted are added to ``overflow``. ``overflow`` is counted per bucket, before
-    pairs are deduplicated across buckets, so a skipped pair that another bucket does emit still counts.
+    A bucket over the cap yields no pairs: its members come back as a group (``over_cap_bucket``, ``over_cap_doc``)
+    for :func:`tokenmill.dedup.leaders.leader_edges`, which verifies them with a bounded number of comparisons and
+    counts what it leaves unverified. Nothing is dropped here: every pair of a bucket is either in ``pairs`` or in
+    an over-cap group (``over_cap_pairs`` of them).
 
     Args:
         band: ``(n,)`` integer band index per row.
         key: ``(n,)`` integer band key (hash of the band's MinHash values) per row.
         doc: ``(n,)`` ``uint64`` document reference per row.
-        max_pairs_per_bucket: the most pairs a bucket emits before it falls back to a star (``>= 0``).
+        max_pairs_per_bucket: the most pairs a bucket may emit as pairs (``>= 0``).
 
     Returns:
-        ``(pairs, overflow)``: ``pairs`` an ``(m, 2)`` ``uint64`` array of distinct documents with
-        ``pairs[:, 0] < pairs[:, 1]``, sorted and unique across all buckets and bands; ``overflow`` the number of
-        pairs left out by capped buckets (a Python ``int``).
+        :class:`Candidates`. Deterministic: independent of the order of the input rows.
 
     Vectorised: one lexsort by ``(band, key, doc)``, run boundaries by comparing neighbours, and pair indices
     generated with ``np.repeat``/``np.cumsum``; there is no Python loop per bucket or per pair.
@@ -88,7 +106,7 @@ def candidate_pairs(
     if max_pairs_per_bucket < 0:
         raise ValueError(f"max_pairs_per_bucket must be >= 0, got {max_pairs_per_bucket}")
     if doc.size == 0:
-        return _empty_pairs(), 0
+        return Candidates(_empty_pairs(), np.empty(0, np.int64), np.empty(0, np.uint64), 0)
 
     order = np.lexsort((doc, key, band))
     band, key, doc = band[order], key[order], doc[order]
@@ -101,7 +119,6 @@ def candidate_pairs(
     sizes = np.diff(np.append(starts, doc.size)).astype(np.int64)
     full = sizes * (sizes - 1) // 2
     capped = full > max_pairs_per_bucket
-    overflow = int((full[capped] - (sizes[capped] - 1)).sum())
 
     # Per row: its bucket, its rank within the bucket, and how many pairs it opens as the smaller document.
     bucket_of = np.repeat(np.arange(starts.size), sizes)
@@ -109,7 +126,7 @@ def candidate_pairs(
     size_of = sizes[bucket_of]
     row_capped = capped[bucket_of]
 
-    # Uncapped buckets: row i opens pairs with every later row of its bucket (size - 1 - rank of them).
+    # Buckets within the cap: row i opens pairs with every later row of its bucket (size - 1 - rank of them).
     opens = np.where(row_capped, 0, size_of - 1 - rank)
     total = int(opens.sum())
     first = np.repeat(np.arange(doc.size, dtype=np.int64), opens)
@@ -118,13 +135,10 @@ def candidate_pairs(
     offset = np.arange(total, dtype=np.int64) - np.repeat(run_begin, opens)
     second = first + 1 + offset
 
-    # Capped buckets: a star from the bucket's first (smallest) document to each other one.
-    star_rows = np.flatnonzero(row_capped & (rank > 0))
-    star_hub = starts[bucket_of[star_rows]]
-
-    a = np.concatenate([doc[first], doc[star_hub]])
-    b = np.concatenate([doc[second], doc[star_rows]])
-    return _sorted_unique_pairs(a, b), overflow
+    # Buckets over the cap: their members, with dense bucket indices.
+    dense = np.cumsum(capped) - 1
+    return Candidates(_sorted_unique_pairs(doc[first], doc[second]), dense[bucket_of[row_capped]].astype(np.int64),
+                      doc[row_capped], int(full[capped].sum()))
 
 
 def _group_ids(exact_hash: np.ndarray) -> np.ndarray:

@@ -31,7 +31,13 @@ class DedupConfig(StageConfig):
     partitions: int = Field(default=16, ge=1, le=4096)
     """Band-key partitions: one bucket task and one verify task each; more partitions, less memory per task."""
     max_pairs_per_bucket: int = Field(default=10_000, ge=1)
-    """A larger bucket is paired as a star around its first document; the pairs not made are counted."""
+    """A bucket with at most this many pairs has every pair verified; a larger one goes to leader clustering
+    (each document compared with cluster leaders, and with members of clusters it may belong to; exact by the
+    triangle inequality of the Jaccard distance, see `tokenmill.dedup.leaders`)."""
+    max_comparisons_per_document: int = Field(default=1_000, ge=1)
+    """In a bucket over `max_pairs_per_bucket`, the most exact Jaccard comparisons one document makes per pass (a
+    second pass, central documents first, runs only when the first left pairs undecided): a bucket of k documents
+    costs at most 2 k times this. Pairs left undecided are counted (`pairs_not_verified`)."""
     keep: list[Literal["longest", "shortest", "lowest_id"]] = ["longest", "lowest_id"]
     """Which document of a cluster is kept: rules in order, ties broken by the next (then by id)."""
 

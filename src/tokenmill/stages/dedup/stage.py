@@ -1,13 +1,15 @@
 """The dedup stage in five phases, each a set of tasks with bounded memory; no task holds the corpus.
 
 (a) `signatures`, per shard: normalized-text hash, shingles, MinHash, band keys; band keys and exact hashes are
-    written partitioned by key. (b) `buckets`, per partition: equal keys make candidate pairs (exact pairs apart).
-(c) `verify`, per partition: exact Jaccard of the shingle sets, reading only the documents its pairs name.
+    written partitioned by key. (b) `buckets`, per partition: equal keys make candidate pairs (exact pairs apart);
+    a bucket over the cap goes whole to (c). (c) `verify`, per partition: exact Jaccard of the shingle sets, reading
+    only the documents its pairs and over-cap buckets name; leader clustering inside each over-cap bucket.
 (d) `clusters`, one task over edges only: components, then the keep/drop choice. (e) `map`, per shard: filter.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any, Mapping
 
@@ -18,6 +20,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.dedup.candidates import candidate_pairs, exact_pairs
 from tokenmill.dedup.clusters import components, greedy_keep
+from tokenmill.dedup.leaders import cluster_bucket
 from tokenmill.dedup.lsh import band_keys, choose_bands
 from tokenmill.dedup.minhash import MinHasher
 from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
@@ -30,6 +33,8 @@ from tokenmill.pipeline.tasks import PlanContext, TaskContext
 from tokenmill.stages.dedup.config import DedupConfig
 
 EXACT_BAND = 0xFFFF  # the band number exact hashes travel under
+
+log = logging.getLogger(__name__)
 
 
 def _doc_ref(shard_index: int, rows: np.ndarray) -> np.ndarray:
@@ -89,22 +94,37 @@ class Signatures(Phase):
         return {"docs": len(texts)}
 
 
+def _sum_counts(results: Mapping[str, Any]) -> dict[str, int]:
+    """Sum the tasks' count dicts key by key (task keys sorted, so the order never depends on scheduling)."""
+    total: Counter = Counter()
+    for key in sorted(results):
+        total.update(results[key])
+    return {k: int(total[k]) for k in sorted(total)}
+
+
 class Buckets(Phase):
+    """Per partition: all pairs of the buckets within the cap; the members of buckets over it, for `verify`."""
+
     name = "buckets"
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         return [Task(key=f"p{p:04d}") for p in range(stage.config.partitions)]
 
+    def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        return _sum_counts(results)
+
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         rows = _read_all(ctx, f"_work/bands/{task.key}")
         empty = np.zeros((0, 2), np.uint64)
-        near, exact, overflow = empty, empty, 0
+        near, exact = empty, empty
+        over_bucket, over_doc, over_pairs, over_buckets = np.zeros(0, np.int64), np.zeros(0, np.uint64), 0, 0
         if rows is not None and rows.num_rows:
             band = rows.column("band").to_numpy()
             is_exact = band == EXACT_BAND
             key, doc = rows.column("key").to_numpy(), rows.column("doc").to_numpy()
-            near, overflow = candidate_pairs(band[~is_exact], key[~is_exact], doc[~is_exact],
-                                             stage.config.max_pairs_per_bucket)
+            found = candidate_pairs(band[~is_exact], key[~is_exact], doc[~is_exact], stage.config.max_pairs_per_bucket)
+            near, over_bucket, over_doc = found.pairs, found.over_cap_bucket, found.over_cap_doc
+            over_pairs, over_buckets = found.over_cap_pairs, found.buckets_over_cap
             exact_bytes = np.array(rows.column("exact").filter(pa.array(is_exact)).to_pylist(), dtype="S16")
             exact = exact_pairs(exact_bytes, doc[is_exact])
         ctx.write(f"_work/pairs/{task.key}.parquet", _parquet(pa.table({
@@ -112,38 +132,88 @@ class Buckets(Phase):
             "b": pa.array(np.concatenate([exact[:, 1], near[:, 1]]), pa.uint64()),
             "exact": pa.array(np.r_[np.ones(len(exact), bool), np.zeros(len(near), bool)]),
         })))
-        return {"candidate_pairs": int(len(near)), "exact_pairs": int(len(exact)), "bucket_overflow": int(overflow)}
+        ctx.write(f"_work/over_cap/{task.key}.parquet", _parquet(pa.table({
+            "bucket": pa.array(over_bucket, pa.int64()),
+            "doc": pa.array(over_doc, pa.uint64()),
+        })))
+        return {"exact_pairs": int(len(exact)), "candidate_pairs": int(len(near)),
+                "buckets_over_cap": int(over_buckets), "pairs_in_buckets_over_cap": int(over_pairs)}
 
 
 class Verify(Phase):
+    """Per partition: exact Jaccard of the candidate pairs; leader clustering inside each bucket over the cap."""
+
     name = "verify"
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         return [Task(key=f"p{p:04d}", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards]})
                 for p in range(stage.config.partitions)]
 
+    def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        return _sum_counts(results)
+
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        cfg: DedupConfig = stage.config
         pairs = pq.read_table(storage.join(ctx.stage_dir, f"_work/pairs/{task.key}.parquet"), filesystem=ctx.fs)
+        over = pq.read_table(storage.join(ctx.stage_dir, f"_work/over_cap/{task.key}.parquet"), filesystem=ctx.fs)
         a, b = pairs.column("a").to_numpy(), pairs.column("b").to_numpy()
         exact = pairs.column("exact").to_numpy(zero_copy_only=False)
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
-        needed = np.unique(near.ravel())
+        over_bucket, over_doc = over.column("bucket").to_numpy(), over.column("doc").to_numpy()
+        needed = np.unique(np.r_[near.ravel(), over_doc])
         shingles: dict[int, np.ndarray] = {}
+        members: dict[int, tuple[str, int, None]] = {}
         shards = task.params["shards"]
         for index in np.unique(needed >> np.uint64(32)).tolist():
             table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
-                                  columns=["doc", "shingles"])
+                                  columns=["doc", "id", "length", "shingles"])
             table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(needed, pa.uint64())))
-            for doc, sh in zip(table.column("doc").to_pylist(), table.column("shingles").to_pylist()):
+            columns = (table.column(c).to_pylist() for c in ("doc", "id", "length", "shingles"))
+            for doc, doc_id, length, sh in zip(*columns):
                 shingles[doc] = np.array(sh, dtype=np.uint64)
-        jaccard, keep = verify(near, shingles, stage.config.threshold) if len(near) else (np.zeros(0), np.zeros(0, bool))
+                members[doc] = (doc_id, length, None)
+        jaccard, keep = verify(near, shingles, cfg.threshold) if len(near) else (np.zeros(0), np.zeros(0, bool))
+        counts = {"pairs_verified": int(len(near)), "pairs_above_threshold": int(keep.sum()),
+                  "pairs_rejected": int(len(near) - keep.sum()), "pairs_compared_in_buckets_over_cap": 0,
+                  "buckets_over_cap_second_pass": 0, "pairs_not_verified": 0}
+        edges, sims = [near[keep]], [jaccard[keep]]
+        if over_doc.size:
+            order = Clusters._order(cfg.keep, members)
+            starts = np.flatnonzero(np.r_[True, over_bucket[1:] != over_bucket[:-1]])
+            for group in np.split(over_doc, starts[1:]):
+                docs = sorted(group.tolist(), key=order.__getitem__)
+                found = cluster_bucket(docs, shingles, cfg.threshold, cfg.max_comparisons_per_document)
+                edges.append(found.pairs)
+                sims.append(found.jaccard)
+                counts["pairs_verified"] += found.compared
+                counts["pairs_compared_in_buckets_over_cap"] += found.compared
+                counts["pairs_above_threshold"] += found.passed
+                counts["pairs_rejected"] += found.rejected
+                counts["buckets_over_cap_second_pass"] += int(found.second_pass)
+                counts["pairs_not_verified"] += found.not_verified
+        if counts["pairs_not_verified"]:
+            log.warning("dedup verify %s: %d pairs of buckets over the cap were not verified "
+                        "(max_comparisons_per_document = %d)", task.key, counts["pairs_not_verified"],
+                        cfg.max_comparisons_per_document)
+        near_edges, near_sims = _unique_edges(np.concatenate(edges), np.concatenate(sims))
         ctx.write(f"_work/edges/{task.key}.parquet", _parquet(pa.table({
-            "a": pa.array(np.r_[a[exact], near[keep, 0]], pa.uint64()),
-            "b": pa.array(np.r_[b[exact], near[keep, 1]], pa.uint64()),
-            "jaccard": pa.array(np.r_[np.ones(int(exact.sum())), jaccard[keep]], pa.float64()),
-            "exact": pa.array(np.r_[np.ones(int(exact.sum()), bool), np.zeros(int(keep.sum()), bool)]),
+            "a": pa.array(np.r_[a[exact], near_edges[:, 0]], pa.uint64()),
+            "b": pa.array(np.r_[b[exact], near_edges[:, 1]], pa.uint64()),
+            "jaccard": pa.array(np.r_[np.ones(int(exact.sum())), near_sims], pa.float64()),
+            "exact": pa.array(np.r_[np.ones(int(exact.sum()), bool), np.zeros(len(near_edges), bool)]),
         })))
-        return {"verified": int(keep.sum()), "rejected": int(len(near) - keep.sum())}
+        return counts
+
+
+def _unique_edges(pairs: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, duplicate-free edges (a pair found in several buckets once; its Jaccard is the same each time)."""
+    pairs = pairs.reshape(-1, 2).astype(np.uint64, copy=False)
+    if not len(pairs):
+        return pairs, sims
+    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+    pairs, sims = pairs[order], sims[order]
+    first = np.r_[True, (pairs[1:] != pairs[:-1]).any(axis=1)]
+    return pairs[first], sims[first]
 
 
 class Clusters(Phase):
@@ -263,6 +333,7 @@ class FilterShards(Phase):
         if task.params["index"] == 0:
             # The cluster summary is global: it rides on the first shard's stats into the manifest report.
             stats["clusters"] = ctx.shared.get("clusters")
+            stats["candidates"] = {**(ctx.shared.get("buckets") or {}), **(ctx.shared.get("verify") or {})}
         entry = split_and_write(stage, ctx, task.key, task.params["source"], table, pa.array(reasons, pa.string()),
                                 stats or None)
         entry["input"] = task.inputs[0]
@@ -298,9 +369,18 @@ class DedupStage(Stage):
         return [Signatures(), Buckets(), Verify(), Clusters(), FilterShards()]
 
     def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
-        """Clusters per source with their size histogram, and members kept or dropped per source."""
+        """Clusters per source with their size histogram, members kept or dropped per source, and the candidate
+        counts: pairs proposed, buckets over the cap, pairs verified, above the threshold, rejected, not verified."""
         clusters = stats.get("clusters") or {}
+        cand = stats.get("candidates") or {}
         summary = [f"{clusters.get('clusters', 0):,} duplicate clusters: {clusters.get('exact_duplicates', 0):,} exact and "
                    f"{clusters.get('near_duplicates', 0):,} near duplicates removed (bands x rows = "
-                   f"{self.bands} x {self.rows})"]
-        return {"clusters": clusters, "cluster_members": stats.get("cluster_members", {}), "summary": summary}
+                   f"{self.bands} x {self.rows})",
+                   f"{cand.get('candidate_pairs', 0):,} candidate pairs and {cand.get('buckets_over_cap', 0):,} buckets "
+                   f"over the cap ({cand.get('pairs_in_buckets_over_cap', 0):,} pairs); "
+                   f"{cand.get('pairs_verified', 0):,} verified: {cand.get('pairs_above_threshold', 0):,} above the "
+                   f"threshold, {cand.get('pairs_rejected', 0):,} rejected; "
+                   f"{cand.get('buckets_over_cap_second_pass', 0):,} buckets needed the second pass; "
+                   f"{cand.get('pairs_not_verified', 0):,} pairs not verified"]
+        return {"clusters": clusters, "candidates": cand, "cluster_members": stats.get("cluster_members", {}),
+                "summary": summary}
