@@ -70,7 +70,8 @@ def main() -> int:
         "corpus": {"docs": len(texts), "text_mb": round(mb, 1)},
         "evalsets": [name for name, *_ in EVALSETS],
         "index": {"ngrams": int(len(index.hashes)), "mb": round(index.nbytes() / 1e6, 1), "build": build,
-                  "skipped_short_fields": index.skipped_short_fields},
+                  "window_lengths": {"words": index.word_lengths, "characters": index.char_lengths},
+                  "coverage": {name: {"n": c.n, **c.items} for name, c in index.coverage.items()}},
         "match": {"cpu_seconds": round(seconds, 2), "docs_per_s_per_core": round(len(texts) / seconds),
                   "mb_per_s_per_core": round(mb / seconds, 2), "docs_with_matches": matched},
     }, indent=1))

@@ -14,7 +14,8 @@ from tokenmill.inspect.runs import manifest, stage_dir
 
 
 def hits(run=None) -> pa.Table:
-    """``hits.parquet``: id, source, subset, evalset, item, field, start, end, text (the matched span)."""
+    """``hits.parquet``: id, source, subset, evalset, item, field, rule ("ngram", or "whole" for a short field
+    matched whole), start, end, text (the matched span)."""
     path = stage_dir(run, "decontaminate") / "hits.parquet"
     if not path.is_file():
         raise TokenmillError(f"{path} does not exist: the decontaminate stage has not completed")
@@ -34,9 +35,13 @@ def contamination_hits(run=None) -> list[dict]:
 
 
 def evalset_summary(run=None) -> list[dict]:
-    """Per evaluation set, from the manifest: items, items found in the corpus, and their fraction."""
+    """Per evaluation set, from the manifest: items; n and how many items were checkable by n-gram, as a whole
+    (short fields), or not at all (too short, no text); items found in the corpus, and their fraction."""
     report = manifest(run, "decontaminate").get("report", {})
-    return [{"evalset": name, "items": e["items"], "found": e["found"], "fraction": e["fraction"]}
+    return [{"evalset": name, "items": e["items"], "n": e.get("n"), "checked_ngram": e.get("checked_ngram"),
+             "checked_whole": e.get("checked_whole"),
+             "too_short": e.get("not_checkable", {}).get("too_short"),
+             "no_text": e.get("not_checkable", {}).get("no_text"), "found": e["found"], "fraction": e["fraction"]}
             for name, e in report.get("evalsets", {}).items()]
 
 

@@ -24,10 +24,11 @@ ZH_FILLER = "今天天气很好，我们一起去公园散步，看到了很多�
 
 
 def _index(**kw):
+    kw = {"word_n": 13, "char_n": 13, **kw}  # fixed n: these tests are about the n-gram mechanics
     return build_index([
         ("trivia", "q1", "question", QUESTION, "en"),
-        ("trivia", "q2", "question", "What is two plus two", "en"),  # 5 words: too short
-        ("trivia", "q3", "answer", "Constantinople", "en"),  # too short
+        ("trivia", "q2", "question", "What is two plus two", "en"),  # 5 words: matched whole
+        ("trivia", "q3", "answer", "Constantinople", "en"),  # 1 word: too short to check
         ("reading", "r7", "passage", "Completely unrelated passage text about baking bread with sourdough "
                                      "starter and rye flour in a cold oven overnight", "en"),
         ("cmrc", "c1", "question", ZH_QUESTION, "zh"),
@@ -72,14 +73,19 @@ def test_ngram_hashes_shape_and_equality():
         ngram_hashes(toks, 0)
 
 
-def test_index_layout_and_skipped_short_fields():
+def test_index_layout_and_coverage():
     idx = _index()
-    assert idx.skipped_short_fields == {"trivia": 2, "cmrc": 1}
-    assert idx.word_n == 13 and idx.char_n == 13
+    assert {k: c.fields for k, c in idx.coverage.items()} == {
+        "trivia": {"ngram": 1, "whole": 1, "too_short": 1, "no_text": 0},
+        "reading": {"ngram": 1, "whole": 0, "too_short": 0, "no_text": 0},
+        "cmrc": {"ngram": 1, "whole": 0, "too_short": 1, "no_text": 0}}
+    assert idx.n == {"trivia": 13, "reading": 13, "cmrc": 13}
+    assert idx.word_lengths == {"ngram": (13,), "whole": (5,)}
+    assert idx.char_lengths == {"ngram": (13,), "whole": ()}
     assert idx.hashes.dtype == np.uint64
     assert np.all(idx.hashes[1:] > idx.hashes[:-1])  # sorted, unique
-    # q1: 21 words, r7: 18 words, c1: 26 characters
-    assert len(idx.hashes) == (21 - 12) + (18 - 12) + (26 - 12)
+    # q1: 21 words, r7: 18 words, c1: 26 characters; q2 whole (one hash)
+    assert len(idx.hashes) == (21 - 12) + (18 - 12) + (26 - 12) + 1
     assert idx.nbytes() >= idx.hashes.nbytes + idx.owners.offsets.nbytes
     first = int(ngram_hashes([w.lower() for w in QWORDS[:13]], 13)[0])
     assert idx.owners_of(first) == [("trivia", "q1", "question")]
@@ -146,17 +152,30 @@ def test_twelve_word_overlap_not_found():
     assert find_matches(FILLER + " ".join(changed) + " " + FILLER, "en", idx) == []
 
 
-def test_short_fields_never_match():
+def test_short_field_matches_whole_one_word_never():
     idx = _index()
-    doc = "What is two plus two? Constantinople. " * 20
-    assert find_matches(doc, "en", idx) == []
+    doc = "Constantinople. What is two plus two? Constantinople."
+    (s, e, h), = find_matches(doc, "en", idx)
+    assert doc[s:e] == "What is two plus two"
+    assert idx.owners_with_rule(h) == [("trivia", "q2", "question", "whole")]
+    # Whole words only: not inside longer words, not part of it.
+    for near in ("Somewhat is two plus twofold", "what is two plus", "what is two plus three", "Constantinople"):
+        assert find_matches(f"{FILLER} {near} {FILLER}", "en", idx) == [], near
+    # A segment of its own: a line, a sentence, a quote, a list entry; not a phrase inside a sentence.
+    for doc in ("what is two plus two", "Quiz:\n1) What is two plus two\n2) Next", 'He said "what is two plus two"',
+                "Intro. What is two plus two? Then"):
+        assert len(find_matches(doc, "en", idx)) == 1, doc
+    for doc in ("I asked what is two plus two and left", "Intro, what is two plus two, then", "so-what is two plus two"):
+        assert find_matches(doc, "en", idx) == [], doc
 
 
 def test_smaller_n_is_respected():
     idx = _index(word_n=5)
     doc = FILLER + "what is TWO plus two!" + FILLER
     assert _owners(doc, "en", idx) == {("trivia", "q2", "question")}
-    assert idx.skipped_short_fields == {"trivia": 1, "cmrc": 1}
+    (_, _, h), = find_matches(doc, "en", idx)
+    assert idx.owners_with_rule(h)[0][3] == "ngram"
+    assert idx.coverage["trivia"].fields == {"ngram": 2, "whole": 0, "too_short": 1, "no_text": 0}
 
 
 def test_chinese_question_planted_in_chinese_text():
@@ -177,7 +196,7 @@ def test_chinese_question_planted_in_chinese_text():
 
 def test_empty_inputs():
     idx = build_index([])
-    assert len(idx.hashes) == 0 and idx.skipped_short_fields == {}
+    assert len(idx.hashes) == 0 and idx.coverage == {}
     assert find_matches(QUESTION, "en", idx) == []
     assert find_matches("", "en", _index()) == []
     assert idx.owners_of(0) == []
@@ -201,3 +220,15 @@ def test_lookup_prefilter_exact():
     q = np.concatenate([other, member])
     assert np.array_equal(idx.lookup(q), np.flatnonzero(np.isin(q, idx.hashes)))
     assert len(idx.lookup(member)) == 50
+
+
+def test_token_hash_cache_never_changes_a_hash(monkeypatch):
+    import xxhash
+
+    from tokenmill.stages.decontaminate import ngrams
+
+    monkeypatch.setattr(ngrams, "_CACHE_MAX", 4)  # cleared again and again
+    tokens = ["the", "cat", "x" * 40, "the", "naïve", "5", "cat", "dog", "eel", "the"] * 3
+    expected = [xxhash.xxh3_64_intdigest(t.encode("utf-8")) for t in tokens]
+    assert ngrams.token_hashes(tokens).tolist() == expected == ngrams.token_hashes(tokens).tolist()
+    assert len(ngrams._TOKEN_HASHES) <= 4 and "x" * 40 not in ngrams._TOKEN_HASHES

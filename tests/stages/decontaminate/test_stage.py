@@ -13,6 +13,8 @@ import yaml
 
 from tests.conftest import write_jsonl
 from tests.pipeline.test_runner import run_into
+from tokenmill.stages.decontaminate.evalsets import EvalSetConfig, load_evalset
+from tokenmill.stages.decontaminate.ngrams import normalize_tokens
 
 pytestmark = pytest.mark.ray
 
@@ -56,8 +58,21 @@ def corpus(root, shared, plants: bool):
         zh_question = next(q["question"] for a in cmrc["data"] for p in a["paragraphs"] for q in p["qas"]
                            if len(q["question"]) >= 16)
         zh_docs.append({"id": "p-zh", "text": zh[0][:300] + zh_question + zh[0][300:]})
+        # Short items, each on a line of its own: a 5-word PIQA goal and a 6-word ARC question matched whole, a
+        # 10-word TriviaQA question by the set's 8-grams (GPT-3's rule: n = 8 for these sets, not 13).
+        def field_of(name, fmt, field, words):
+            path = shared / "evalsets" / name
+            return next(f.text for f in load_evalset(EvalSetConfig(name=fmt, path=str(path), format=fmt), str(path))
+                        if f.field == field and len(normalize_tokens(f.text)[0]) == words)
+
+        short = {"p-piqa": field_of("llmfoundry_piqa.jsonl", "piqa", "goal", 5),
+                 "p-arc": field_of("llmfoundry_arc_easy.jsonl", "arc", "question", 6),
+                 "p-trivia": field_of("llmfoundry_triviaqa_sm_sub.jsonl", "triviaqa", "question", 10)}
+        for doc_id, text in short.items():
+            docs.append({"id": doc_id, "text": filler() + "\n" + text + "\n" + filler()})
         planted = {"p-verbatim": ("gsm8k", "question"), "p-case": ("gsm8k", "question"), "p-fragment": ("lambada", "text"),
-                   "p-zh": ("cmrc", "question"), "before": before, "after": after}
+                   "p-zh": ("cmrc", "question"), "p-piqa": ("piqa", "goal", "whole"), "p-arc": ("arc", "question", "whole"),
+                   "p-trivia": ("triviaqa", "question", "ngram"), "before": before, "after": after}
     write_jsonl(root / "web.jsonl", docs)
     write_jsonl(root / "zh.jsonl", zh_docs)
     evalsets = [{"name": n, "path": str(shared / "evalsets" / f), "format": fmt} for n, f, fmt in EVALSETS]
@@ -80,13 +95,22 @@ def test_natural_then_planted_hits(ray_cluster, shared_data, tmp_path):
     out = tmp_path / "planted" / "out" / "decontaminate"
     hits = pq.read_table(out / "hits.parquet").to_pylist()
     hit_ids = {r["id"] for r in hits}
-    assert hit_ids == natural | {"p-verbatim", "p-case", "p-fragment", "p-zh"}
-    for doc, (evalset, field) in ((k, v) for k, v in planted.items() if k.startswith("p-")):
-        assert any(r["id"] == doc and r["evalset"] == evalset and r["field"].startswith(field) for r in hits), doc
+    assert hit_ids == natural | {"p-verbatim", "p-case", "p-fragment", "p-zh", "p-piqa", "p-arc", "p-trivia"}
+    for doc, (evalset, field, *rule) in ((k, v) for k, v in planted.items() if k.startswith("p-")):
+        assert any(r["id"] == doc and r["evalset"] == evalset and r["field"].startswith(field)
+                   and r["rule"] == (rule[0] if rule else "ngram") for r in hits), doc
     assert not any(r["id"].startswith("p-common") for r in hits)  # in 11 documents: a common phrase, kept
     report = json.loads((out / "manifest.json").read_text())["content"]["report"]
     assert report["common_ngrams_ignored"] and all(c["documents"] >= 11 for c in report["common_ngrams_ignored"])
     assert report["evalsets"]["gsm8k"]["found"] >= 2 and report["evalsets"]["cmrc"]["by_source"]["zh"]
+    # Coverage per set: n by GPT-3's rule, and every item counted under one rule.
+    sets = report["evalsets"]
+    assert {k: sets[k]["n"] for k in sets} == {"gsm8k": 13, "hellaswag": 8, "lambada": 13, "piqa": 8, "winogrande": 13,
+                                               "arc": 8, "triviaqa": 8, "humaneval": 10, "cmrc": 8}
+    for name, e in sets.items():
+        assert e["checked_ngram"] + e["checked_whole"] + sum(e["not_checkable"].values()) == e["items"], name
+    assert sets["piqa"]["checked_whole"] > 300 and sets["piqa"]["not_checkable"]["too_short"] > 0
+    assert report["index"]["coverage"]["triviaqa"]["fields"]["too_short"] > 2000
     kept = {r["id"]: r["text"] for p in (out / "shards").glob("*.parquet") for r in pq.read_table(p).to_pylist()}
     text = kept["p-fragment"]  # excise: the fragment and 200 characters either side go, the rest stays intact
     assert text.startswith(planted["before"][:-200].rstrip()[:-5]) and planted["after"][205:] in text

@@ -9,10 +9,20 @@ Hashing, deterministic across processes and machines: each token is hashed with 
 hash of the n-gram starting at token i is the polynomial sum_j t[i+j] * B^j mod 2^64 (computed for all i at once
 from prefix sums), plus n times a constant, passed through the murmur3 fmix64 finaliser. The same n-gram always
 gets the same hash; word and character n-grams of different n never share a hash by construction of the n term.
+
+Which n, and short fields (GPT-3, appendix C): each evaluation set gets its own n, the 5th-percentile length of
+its fields clamped to [8, 13] (`gpt3_n`), so that about 95% of its fields are long enough for one n-gram. A field
+shorter than its set's n is matched as a whole: the hash of its entire token sequence is indexed (XOR _WHOLE_MIX),
+and a document is hashed at that window length too, but only between segment boundaries (_BOUNDARY: line breaks,
+sentence punctuation, brackets, quotes), so the field matches only as the same run of whole words standing as a
+segment of its own, never inside a longer word or as a phrase inside a sentence. A field under `min_whole_words`
+tokens or `min_whole_bytes` bytes of normalised text (a 1-word TriviaQA answer, an ARC choice like "the atom") says
+nothing about an item on its own: it is not indexed, and counted as too short to check in the set's `SetCoverage`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,10 +38,21 @@ CHAR_LANGS = frozenset({"zh", "ja"})  # languages tokenised by characters
 
 _TOKEN_RE = re.compile(r"[^\W_]+")
 _CHAR_RE = re.compile(r"[^\W_]")
+_TOKEN_SPLIT = re.compile(r"([^\W_]+)")
+_CHAR_SPLIT = re.compile(r"([^\W_])")
 _U64 = np.uint64
 _MASK = (1 << 64) - 1
 _BASE = 0x9E3779B97F4A7C15  # odd, hence invertible mod 2^64
 _LEN_MIX = 0xD6E8FEB86659FD93
+# A field matched whole is indexed as its window hash XOR this: a different hash from the same words as an n-gram of
+# a longer field, so only a match with a segment boundary on either side reaches its owners.
+_WHOLE_MIX = _U64(0x6A09E667F3BCC909)
+# Segment boundaries, in the non-word text between two tokens: a line break or tab, sentence punctuation, brackets,
+# quotes (not the apostrophe), list bullets, table bars, and their CJK forms. Commas and hyphens are not: "the central
+# nervous system, which" or "non-central" must not match a field "central nervous system".
+_BOUNDARY = re.compile("[\n\r\t\f\v\u2028\u2029"  # line breaks and tabs
+                       r'.?!:;()\[\]{}"“”«»|•*#>…'  # sentence punctuation, brackets, quotes, bullets, bars
+                       "。？！：；（）「」『』【】《》、]")  # the same in Chinese and Japanese
 
 
 
@@ -65,10 +86,27 @@ def tokenize(text: str, language: str | None) -> tuple[list[str], list[tuple[int
     return char_tokens(text) if uses_chars(language) else normalize_tokens(text)
 
 
+class _TokenHashCache(dict):
+    """token -> xxh3_64 of its UTF-8 bytes, computed on first use. Words repeat (Zipf), so most lookups are one C-level
+    dict access instead of an encode and a hash call; cleared when it holds _CACHE_MAX tokens (bounded memory; the
+    values never depend on what it holds)."""
+
+    def __missing__(self, token: str) -> int:
+        value = xxhash.xxh3_64_intdigest(token.encode("utf-8", "surrogatepass"))
+        if len(token) <= 24:  # words, not the odd long run of digits or base64
+            if len(self) >= _CACHE_MAX:
+                self.clear()
+            self[token] = value
+        return value
+
+
+_CACHE_MAX = 1 << 17  # about 20 MB per process
+_TOKEN_HASHES = _TokenHashCache()
+
+
 def token_hashes(tokens: list[str]) -> np.ndarray:
     """xxh3_64 of each token's UTF-8 bytes, as uint64."""
-    return np.fromiter((xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens),
-                       dtype=_U64, count=len(tokens))
+    return np.fromiter(map(_TOKEN_HASHES.__getitem__, tokens), dtype=_U64, count=len(tokens))
 
 
 def ngram_hashes(tokens: list[str], n: int) -> np.ndarray:
@@ -79,12 +117,22 @@ def ngram_hashes(tokens: list[str], n: int) -> np.ndarray:
 def _window_hashes(units: np.ndarray, n: int) -> np.ndarray:
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    m = len(units) - n + 1
-    if m <= 0:
+    if len(units) - n + 1 <= 0:
         return np.empty(0, dtype=_U64)
+    return _windows(*_prefix(units), n)
+
+
+def _prefix(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix sums of units * B^j and the inverse powers: every window length is then O(1) per window."""
     base_pow, inv_pow = _powers(len(units))
     prefix = np.zeros(len(units) + 1, dtype=_U64)
     np.cumsum(units * base_pow, out=prefix[1:])
+    return prefix, inv_pow
+
+
+def _windows(prefix: np.ndarray, inv_pow: np.ndarray, n: int) -> np.ndarray:
+    """The hash of every window of n units, from _prefix (needs n <= number of units)."""
+    m = len(prefix) - n
     out = prefix[n:] - prefix[:m]
     out *= inv_pow[:m]
     out += _U64((n * _LEN_MIX) & _MASK)
@@ -92,8 +140,42 @@ def _window_hashes(units: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def gpt3_n(lengths: Iterable[int], *, percentile: float = 5.0, min_n: int = 8, max_n: int = 13) -> int:
+    """GPT-3's n for one evaluation set (Brown et al. 2020, appendix C): the `percentile`-th percentile of its
+    lengths (nearest rank: the smallest length with at least that share of lengths at or below it), clamped to
+    [min_n, max_n]. An empty set gets max_n."""
+    ordered = sorted(lengths)
+    if not ordered:
+        return max_n
+    rank = max(1, math.ceil(percentile / 100 * len(ordered)))
+    return min(max_n, max(min_n, ordered[rank - 1]))
 
 
+class Bloom:
+    """A one-probe Bloom filter of uint64 hashes, about 32 bits per hash: bit (h >> (64 - b)) is set for each hash
+    added. A hash not added passes with probability ~1/32; one random memory access per hash tested."""
+
+    def __init__(self, hashes: np.ndarray) -> None:
+        self.bits = min(32, max(12, (max(1, len(hashes)) * 32 - 1).bit_length()))  # at most 512 MB
+        self.words = np.zeros(1 << (self.bits - 6), dtype=_U64)
+        key = np.asarray(hashes, dtype=_U64) >> _U64(64 - self.bits)
+        np.bitwise_or.at(self.words, key >> _U64(6), _U64(1) << (key & _U64(63)))
+
+    def maybe(self, hashes: np.ndarray) -> np.ndarray:
+        """Positions i where hashes[i] may have been added (every added one does)."""
+        key = hashes >> _U64(64 - self.bits)
+        return np.flatnonzero((self.words[key >> _U64(6)] >> (key & _U64(63))) & _U64(1))
+
+    @property
+    def nbytes(self) -> int:
+        return self.words.nbytes
+
+
+# How a field is checked: RULES[i] names rule i (Owners.entry_rule); fields neither rule can check are counted under
+# NOT_CHECKABLE's reasons.
+RULES = ("ngram", "whole")
+NGRAM, WHOLE = 0, 1
+NOT_CHECKABLE = ("too_short", "no_text")
 
 
 @dataclass
@@ -101,7 +183,8 @@ class Owners:
     """Which (set, item, field) entries contain each indexed hash, in CSR form.
 
     The owners of index.hashes[i] are entries entry[offsets[i]:offsets[i + 1]] (sorted, no repeats). Entry e is
-    (set_names[entry_set[e]], item_ids[entry_item[e]], field_names[entry_field[e]]).
+    (set_names[entry_set[e]], item_ids[entry_item[e]], field_names[entry_field[e]]), checked by rule
+    RULES[entry_rule[e]]: its n-grams ("ngram") or its whole normalised text ("whole").
     """
 
     offsets: np.ndarray      # int64, len(hashes) + 1
@@ -109,6 +192,7 @@ class Owners:
     entry_set: np.ndarray    # int32 per entry: index into set_names
     entry_item: np.ndarray   # int32 per entry: index into item_ids
     entry_field: np.ndarray  # int32 per entry: index into field_names
+    entry_rule: np.ndarray   # int8 per entry: index into RULES
     set_names: list[str]
     item_ids: list[str]
     field_names: list[str]
@@ -119,38 +203,60 @@ class Owners:
 
     def nbytes(self) -> int:
         arrays = self.offsets.nbytes + self.entry.nbytes + self.entry_set.nbytes + self.entry_item.nbytes \
-            + self.entry_field.nbytes
+            + self.entry_field.nbytes + self.entry_rule.nbytes
         tables = sum(len(s.encode("utf-8", "surrogatepass")) for s in self.set_names + self.item_ids
                      + self.field_names)
         return arrays + tables
 
 
 @dataclass
+class SetCoverage:
+    """How one evaluation set is checked: its n, and its fields and items counted by rule.
+
+    A field with at least n tokens is checked by its n-grams (`ngram`); a shorter one by its whole normalised
+    text (`whole`), unless it is too short to mean anything on its own (`too_short`: fewer than min_whole_words
+    tokens or min_whole_bytes UTF-8 bytes) or has no letters or digits at all (`no_text`). An item counts under the
+    best rule any of its fields has, in the order ngram, whole, too_short, no_text.
+    """
+
+    n: int
+    n_rule: str          # "gpt3": from the set's lengths; "fixed": word_n / char_n given
+    unit: str            # "words" or "characters"
+    p5_length: int       # the 5th-percentile field length in `unit` (what the GPT-3 rule clamps)
+    fields: dict[str, int]
+    items: dict[str, int]
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "n_rule": self.n_rule, "unit": self.unit, "p5_length": self.p5_length,
+                "fields": dict(self.fields), "items": dict(self.items)}
+
+
+@dataclass
 class EvalIndex:
-    """Sorted unique n-gram hashes of evaluation fields, with the fields each came from."""
+    """Sorted unique hashes of evaluation fields (n-grams of long fields, whole texts of short ones), with the
+    fields each came from, the window lengths a document is hashed at, and each set's coverage."""
 
     hashes: np.ndarray  # sorted unique uint64
     owners: Owners
-    word_n: int
-    char_n: int
-    skipped_short_fields: dict[str, int] = field(default_factory=dict)  # eval set -> fields with < n tokens
-    # Prefilter: bit (h >> (64 - filter_bits)) is set for every indexed h; about 16 bits per hash, so a hash not in
-    # the index passes with probability <= 1/16 and only those go on to the binary search (cache misses dominate).
-    filter_bits: int = field(init=False, repr=False, default=0)
-    filter: np.ndarray = field(init=False, repr=False, default_factory=lambda: np.zeros(1, dtype=_U64))
+    # Window lengths a document is hashed at, ascending: each set's n ("ngram") and each length of a field matched
+    # whole ("whole"), in words, and in characters for Chinese and Japanese.
+    word_lengths: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"ngram": (), "whole": ()})
+    char_lengths: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"ngram": (), "whole": ()})
+    coverage: dict[str, SetCoverage] = field(default_factory=dict)
+    # Anchors: for each kind ("words", "characters") with several n-gram lengths, (a, Bloom of the hash of the first a
+    # tokens of every indexed n-gram), a the shortest n: a document is hashed at length a only, and at the other n
+    # only where an anchor may start (see find_matches).
+    anchors: dict[str, tuple[int, Bloom]] = field(default_factory=dict)
+    # Prefilter: only hashes that pass it go on to the binary search, whose cache misses dominate the lookup.
+    filter: Bloom = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.hashes = np.asarray(self.hashes, dtype=_U64)
-        bits = min(32, max(12, (max(1, len(self.hashes)) * 16 - 1).bit_length()))
-        self.filter_bits = bits
-        self.filter = np.zeros(1 << (bits - 6), dtype=_U64)
-        key = self.hashes >> _U64(64 - bits)
-        np.bitwise_or.at(self.filter, key >> _U64(6), _U64(1) << (key & _U64(63)))
+        self.filter = Bloom(self.hashes)
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """Positions i with hashes[i] in the index (sorted), vectorised."""
-        key = hashes >> _U64(64 - self.filter_bits)
-        maybe = np.flatnonzero((self.filter[key >> _U64(6)] >> (key & _U64(63))) & _U64(1))
+        maybe = self.filter.maybe(hashes)
         if len(maybe) == 0 or len(self.hashes) == 0:
             return maybe
         cand = hashes[maybe]
@@ -170,54 +276,119 @@ class EvalIndex:
 
     def owners_of(self, h: int) -> list[tuple[str, str, str]]:
         """(set, item, field) of every indexed field containing the n-gram with hash `h`; [] if none."""
+        return [owner[:3] for owner in self.owners_with_rule(h)]
+
+    def owners_with_rule(self, h: int) -> list[tuple[str, str, str, str]]:
+        """(set, item, field, rule) of every indexed field matched by hash `h`: rule "ngram" when `h` is one of the
+        field's n-grams, "whole" when it is the field's whole text; [] if none."""
         i = self._position(h)
         if i < 0:
             return []
         o = self.owners
-        return [o.entry_tuple(int(e)) for e in o.entry[o.offsets[i]:o.offsets[i + 1]]]
+        return [(*o.entry_tuple(int(e)), RULES[o.entry_rule[e]]) for e in o.entry[o.offsets[i]:o.offsets[i + 1]]]
+
+    @property
+    def n(self) -> dict[str, int]:
+        """Each set's n-gram length."""
+        return {name: c.n for name, c in self.coverage.items()}
 
     def nbytes(self) -> int:
         """Approximate memory held: the arrays plus the UTF-8 size of the id tables."""
-        return self.hashes.nbytes + self.filter.nbytes + self.owners.nbytes()
+        return (self.hashes.nbytes + self.filter.nbytes + sum(b.nbytes for _, b in self.anchors.values())
+                + self.owners.nbytes())
 
 
-def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int = 13,
-                char_n: int = 13) -> EvalIndex:
-    """Index the n-grams of (set name, item id, field name, text, language) evaluation fields.
+def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int | None = None,
+                char_n: int | None = None, min_n: int = 8, max_n: int = 13, percentile: float = 5.0,
+                min_whole_words: int = 3, min_whole_bytes: int = 12) -> EvalIndex:
+    """Index (set name, item id, field name, text, language) evaluation fields.
 
-    language "zh"/"ja" gives character n-grams of length char_n, anything else word n-grams of length word_n. A
-    field with fewer tokens than n holds no n-gram: it is not indexed, and counted in skipped_short_fields under
-    its set. Repeated (set, item, field) triples are one entry.
+    language "zh"/"ja" gives character tokens, anything else words. Each set gets its own n: word_n (char_n for
+    character sets) when given, else GPT-3's rule, gpt3_n over the set's field lengths. A field of at least n
+    tokens is indexed by its n-grams; a shorter one by the hash of its whole token sequence (a window of its own
+    length), so it matches a document only as the same run of whole words, never inside a word; a field with fewer
+    than min_whole_words tokens or a normalised text (tokens joined by one space for words) under min_whole_bytes
+    UTF-8 bytes is too short to check, and counted. Repeated (set, item, field) triples are one entry.
     """
-    if word_n < 1 or char_n < 1:
-        raise ValueError("word_n and char_n must be >= 1")
+    if (word_n is not None and word_n < 1) or (char_n is not None and char_n < 1) or min_n < 1:
+        raise ValueError("word_n, char_n and min_n must be >= 1")
+    if min_n > max_n:
+        raise ValueError(f"min_n ({min_n}) must be <= max_n ({max_n})")
+    # First pass: every field's token hashes (8 bytes a token), grouped by set, to know each set's lengths.
+    per_set: dict[str, list[tuple[str, str, np.ndarray, int]]] = {}
+    set_chars: dict[str, bool] = {}
+    for set_name, item_id, field_name, text, language in fields:
+        chars = uses_chars(language)
+        if set_chars.setdefault(set_name, chars) != chars:
+            raise ValueError(f"evaluation set {set_name!r} mixes word and character languages")
+        tokens, _ = tokenize(text, language)
+        size = len(("" if chars else " ").join(tokens).encode("utf-8", "surrogatepass"))
+        per_set.setdefault(set_name, []).append((item_id, field_name, token_hashes(tokens), size))
+
     set_ids: dict[str, int] = {}
     item_ids: dict[str, int] = {}
     field_ids: dict[str, int] = {}
     entry_ids: dict[tuple[int, int, int], int] = {}
-    skipped: dict[str, int] = {}
+    entry_rules: list[int] = []
     hash_parts: list[np.ndarray] = []
     entry_parts: list[np.ndarray] = []
-    for set_name, item_id, field_name, text, language in fields:
+    lengths: dict[bool, dict[str, set[int]]] = {False: {"ngram": set(), "whole": set()},
+                                                 True: {"ngram": set(), "whole": set()}}
+    coverage: dict[str, SetCoverage] = {}
+    ngram_fields: dict[bool, list[tuple[np.ndarray, int]]] = {False: [], True: []}
+    order = ("ngram", "whole", "too_short", "no_text")
+    for set_name, entries in per_set.items():
         s = set_ids.setdefault(set_name, len(set_ids))
-        tokens, _ = tokenize(text, language)
-        n = char_n if uses_chars(language) else word_n
-        if len(tokens) < n:
-            skipped[set_name] = skipped.get(set_name, 0) + 1
-            continue
-        key = (s, item_ids.setdefault(item_id, len(item_ids)), field_ids.setdefault(field_name, len(field_ids)))
-        e = entry_ids.setdefault(key, len(entry_ids))
-        h = ngram_hashes(tokens, n)
-        hash_parts.append(h)
-        entry_parts.append(np.full(len(h), e, dtype=np.int32))
+        chars = set_chars[set_name]
+        fixed = char_n if chars else word_n
+        field_lengths = [len(units) for _, _, units, _ in entries]
+        n = fixed if fixed is not None else gpt3_n(field_lengths, percentile=percentile, min_n=min_n, max_n=max_n)
+        fields_by_rule = dict.fromkeys(order, 0)
+        item_best: dict[str, int] = {}
+        for item_id, field_name, units, size in entries:
+            k = len(units)
+            if k == 0:
+                rule = "no_text"
+            elif k >= n:
+                rule = "ngram"
+            elif k < min_whole_words or size < min_whole_bytes:
+                rule = "too_short"
+            else:
+                rule = "whole"
+            fields_by_rule[rule] += 1
+            rank = order.index(rule)
+            item_best[item_id] = min(item_best.get(item_id, rank), rank)
+            if rule not in RULES:
+                continue
+            key = (s, item_ids.setdefault(item_id, len(item_ids)), field_ids.setdefault(field_name, len(field_ids)))
+            e = entry_ids.get(key)
+            if e is None:
+                e = entry_ids[key] = len(entry_ids)
+                entry_rules.append(RULES.index(rule))
+            if rule == "ngram":
+                h = _window_hashes(units, n)
+                lengths[chars]["ngram"].add(n)
+                ngram_fields[chars].append((units, n))
+            else:
+                h = _window_hashes(units, k) ^ _WHOLE_MIX
+                lengths[chars]["whole"].add(k)
+            hash_parts.append(h)
+            entry_parts.append(np.full(len(h), e, dtype=np.int32))
+        items_by_rule = dict.fromkeys(order, 0)
+        for rank in item_best.values():
+            items_by_rule[order[rank]] += 1
+        coverage[set_name] = SetCoverage(
+            n=n, n_rule="gpt3" if fixed is None else "fixed", unit="characters" if chars else "words",
+            p5_length=gpt3_n(field_lengths, percentile=percentile, min_n=0, max_n=1 << 62),
+            fields=fields_by_rule, items={"total": len(item_best), **items_by_rule})
     if hash_parts:
         all_h = np.concatenate(hash_parts)
         all_e = np.concatenate(entry_parts)
     else:
         all_h = np.empty(0, dtype=_U64)
         all_e = np.empty(0, dtype=np.int32)
-    order = np.lexsort((all_e, all_h))
-    all_h, all_e = all_h[order], all_e[order]
+    order_ix = np.lexsort((all_e, all_h))
+    all_h, all_e = all_h[order_ix], all_e[order_ix]
     keep = np.ones(len(all_h), dtype=bool)
     keep[1:] = (all_h[1:] != all_h[:-1]) | (all_e[1:] != all_e[:-1])  # drop repeats within one entry
     all_h, all_e = all_h[keep], all_e[keep]
@@ -230,33 +401,110 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
     keys = np.array(list(entry_ids), dtype=np.int32).reshape(-1, 3)
     owners = Owners(offsets=offsets, entry=all_e.astype(np.int32, copy=False),
                     entry_set=np.ascontiguousarray(keys[:, 0]), entry_item=np.ascontiguousarray(keys[:, 1]),
-                    entry_field=np.ascontiguousarray(keys[:, 2]), set_names=list(set_ids),
-                    item_ids=list(item_ids), field_names=list(field_ids))
-    return EvalIndex(hashes=all_h[starts], owners=owners, word_n=word_n, char_n=char_n,
-                     skipped_short_fields=skipped)
+                    entry_field=np.ascontiguousarray(keys[:, 2]), entry_rule=np.array(entry_rules, dtype=np.int8),
+                    set_names=list(set_ids), item_ids=list(item_ids), field_names=list(field_ids))
+    anchors = {}
+    for chars, kind in ((False, "words"), (True, "characters")):
+        if len(lengths[chars]["ngram"]) > 1:
+            a = min(lengths[chars]["ngram"])
+            anchors[kind] = (a, Bloom(np.concatenate([_window_hashes(units, a)[:len(units) - n + 1]
+                                                      for units, n in ngram_fields[chars]])))
+    return EvalIndex(hashes=all_h[starts], owners=owners, anchors=anchors,
+                     word_lengths={k: tuple(sorted(v)) for k, v in lengths[False].items()},
+                     char_lengths={k: tuple(sorted(v)) for k, v in lengths[True].items()}, coverage=coverage)
 
 
 def find_matches(text: str, language: str | None, index: EvalIndex) -> list[tuple[int, int, int]]:
-    """Every occurrence in `text` of an indexed n-gram: (start_char, end_char, hash), in document order.
+    """Every occurrence in `text` of an indexed hash: (start_char, end_char, hash), by start then end.
 
-    Spans are in the original `text`, from the first character of the n-gram's first token to the end of its
-    last; occurrences may overlap (a 20-token copy of an eval field gives 8 overlapping 13-gram matches).
+    Spans are in the original `text`, from the first character of the run's first token to the end of its last;
+    occurrences may overlap (a 20-token copy of a field of a set with n = 13 gives 8 overlapping 13-gram matches).
+
+    N-grams: the document is hashed at the shortest indexed n, a; with several n (sets differ), at each longer n
+    only where the anchor Bloom filter says an indexed n-gram may start. Fields matched whole count only as a
+    segment of their own: the text between the previous token and the field's first token, and between its last
+    token and the next, must each hold a segment boundary (`_BOUNDARY`) or be the start or end of `text`, so a short
+    field never matches inside a longer phrase of a sentence; the document is hashed only between boundaries.
     """
     chars = uses_chars(language)
-    n = index.char_n if chars else index.word_n
-    if chars:
-        tokens = [c.lower() for c in _CHAR_RE.findall(text)]
+    lengths = index.char_lengths if chars else index.word_lengths
+    ngram_lengths, whole_lengths = lengths["ngram"], lengths["whole"]
+    if not ngram_lengths and not whole_lengths:
+        return []
+    pattern = _CHAR_RE if chars else _TOKEN_RE
+    if whole_lengths:  # the text between tokens too: [gap, token, gap, ..., token, gap]
+        parts = (_CHAR_SPLIT if chars else _TOKEN_SPLIT).split(text)
+        raw = parts[1::2]
     else:
-        # findall is faster than finditer; spans are only worked out for documents with a match (few).
+        raw = pattern.findall(text)
+    if chars:
+        tokens = [c.lower() for c in raw]
+    else:
         # str.lower never yields a space, so one lower() of the joined tokens splits back token for token.
-        tokens = " ".join(_TOKEN_RE.findall(text)).lower().split(" ") if text else []
-        if tokens == [""]:
-            tokens = []
-    hashes = ngram_hashes(tokens, n)
-    if len(hashes) == 0:
+        tokens = " ".join(raw).lower().split(" ") if raw else []
+    t = len(tokens)
+    if t < min(ngram_lengths[:1] + whole_lengths[:1]):
         return []
+    prefix, inv_pow = _prefix(token_hashes(tokens))
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (start tokens, lengths, hashes) found
+    if ngram_lengths and t >= ngram_lengths[0]:
+        a = ngram_lengths[0]
+        first = _windows(prefix, inv_pow, a)
+        if len(ngram_lengths) == 1:
+            hit = index.lookup(first)
+            found.append((hit, np.full(len(hit), a), first[hit]))
+        else:
+            # Every indexed n-gram's first a tokens are in the anchor filter (the a-grams themselves too): one pass
+            # over the document, then the exact lookups only where an indexed n-gram may start.
+            maybe = index.anchors["characters" if chars else "words"][1].maybe(first)
+            hit = index.lookup(first[maybe])
+            found.append((maybe[hit], np.full(len(hit), a), first[maybe[hit]]))
+            found.append(_lookup_at(index, prefix, inv_pow, maybe, np.array(ngram_lengths[1:]), t, 0))
+    if whole_lengths:
+        # Gap g lies before token g (gap t after the last token); a boundary gap may start or end a segment.
+        # The gap of a boundary character at p is the number of tokens that start before p (C-level passes only).
+        ends = np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))
+        token_starts = ends[0::2][:t]  # parts[2g + 1] (token g) starts where parts[2g] ends
+        is_cut = np.zeros(t + 1, dtype=bool)
+        is_cut[[0, t]] = True
+        marks = [m.start() for m in _BOUNDARY.finditer(text)]
+        if marks:
+            is_cut[np.searchsorted(token_starts, np.array(marks, dtype=np.int64))] = True
+        found.append(_lookup_at(index, prefix, inv_pow, np.flatnonzero(is_cut[:t]), np.array(whole_lengths), t,
+                                _WHOLE_MIX, is_cut))
+    found = [f for f in found if len(f[0])]
+    if not found:
+        return []
+    spans = [m.span() for m in pattern.finditer(text)]
+    out = [(spans[i][0], spans[i + n - 1][1], h) for starts, ns, hs in found
+           for i, n, h in zip(starts.tolist(), ns.tolist(), hs.tolist())]
+    out.sort(key=lambda m: (m[0], m[1]))
+    return out
+
+
+def _lookup_at(index: EvalIndex, prefix: np.ndarray, inv_pow: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+               t: int, mix, ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The windows starting at `starts` of each of `lengths` (that fit in t tokens, and end where `ends` is True if
+    given), hashed XOR `mix` and looked up at once: (starts, lengths, hashes) of those in the index."""
+    s = np.repeat(starts, len(lengths))
+    n = np.tile(lengths, len(starts))
+    keep = s + n <= t
+    s, n = s[keep], n[keep]
+    if ends is not None:
+        keep = ends[s + n]
+        s, n = s[keep], n[keep]
+    if len(s) == 0:
+        return s, n, np.empty(0, dtype=_U64)
+    hashes = _windows_at(prefix, inv_pow, s, n) ^ _U64(mix)
     hit = index.lookup(hashes)
-    if len(hit) == 0:
-        return []
-    spans = [m.span() for m in (_CHAR_RE if chars else _TOKEN_RE).finditer(text)]
-    return [(spans[i][0], spans[i + n - 1][1], int(hashes[i])) for i in hit.tolist()]
+    return s[hit], n[hit], hashes[hit]
+
+
+def _windows_at(prefix: np.ndarray, inv_pow: np.ndarray, starts: np.ndarray, n) -> np.ndarray:
+    """The hashes of the windows of n units (an int, or one per start) starting at `starts` (each <= len - n):
+    _windows(...)[starts] for a single n."""
+    out = prefix[starts + n] - prefix[starts]
+    out *= inv_pow[starts]
+    out += np.asarray(n).astype(_U64) * _U64(_LEN_MIX)  # n * _LEN_MIX mod 2^64
+    _fmix64(out)
+    return out

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill.manifests.stats import text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.documents import read_shard
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 CJK = ("zh", "ja")
 HITS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("subset", pa.string()),
                          ("evalset", pa.string()), ("item", pa.string()), ("field", pa.string()),
-                         ("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())])
+                         ("rule", pa.string()), ("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())])
 
 
 def _parquet(table: pa.Table) -> bytes:
@@ -52,21 +53,31 @@ class BuildIndex(Phase):
 
     def reduce(self, stage: "DecontaminateStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         started = time.perf_counter()
-        items: dict[str, set[str]] = {}
+        cfg = stage.config
 
         def fields():
-            for config, path in zip(stage.config.evalsets, stage.evalset_paths):
-                seen = items.setdefault(config.name, set())
+            for config, path in zip(cfg.evalsets, stage.evalset_paths):
                 for f in load_evalset(config, path):
-                    seen.add(f.item)
                     yield config.name, f.item, f.field, f.text, config.language
 
-        index = build_index(fields(), word_n=stage.config.word_n, char_n=stage.config.char_n)
+        index = build_index(fields(), word_n=cfg.word_n, char_n=cfg.char_n, min_n=cfg.min_n, max_n=cfg.max_n,
+                            min_whole_words=cfg.min_whole_words, min_whole_bytes=cfg.min_whole_bytes)
         # Manifest content must be the same run to run: the build time goes to the log and run_info, not here.
-        log.info("decontaminate index: %d n-grams in %.3f s", len(index.hashes), time.perf_counter() - started)
-        summary = {"ngrams": int(len(index.hashes)),
-                   "bytes": int(index.nbytes()), "items": {k: len(v) for k, v in sorted(items.items())},
-                   "skipped_short_fields": dict(sorted(index.skipped_short_fields.items()))}
+        log.info("decontaminate index: %d hashes in %.3f s", len(index.hashes), time.perf_counter() - started)
+        coverage = {name: c.to_dict() for name, c in sorted(index.coverage.items())}
+        for name, c in coverage.items():
+            items = c["items"]
+            log.info("decontaminate %s: n = %d (%s); %d items: %d by %d-grams, %d as whole text, %d too short to "
+                     "check, %d without text", name, c["n"], c["n_rule"], items["total"], items["ngram"], c["n"],
+                     items["whole"], items["too_short"], items["no_text"])
+            if items["too_short"] or items["no_text"]:
+                log.warning("decontaminate %s: %d of %d items cannot be checked (every field too short or without "
+                            "text)", name, items["too_short"] + items["no_text"], items["total"])
+        summary = {"ngrams": int(len(index.hashes)), "bytes": int(index.nbytes()),
+                   "items": {name: c["items"]["total"] for name, c in coverage.items()},
+                   "window_lengths": {"words": {k: list(v) for k, v in index.word_lengths.items()},
+                                      "characters": {k: list(v) for k, v in index.char_lengths.items()}},
+                   "coverage": coverage}
         return {"index": index, "summary": summary}
 
 
@@ -134,9 +145,9 @@ class Decontaminate(Phase):
                 continue
             subset = subsets[i] if subsets[i] is not None else "(none)"
             for start, end, h in matches:
-                for evalset, item, field in index.owners_of(h):
+                for evalset, item, field, rule in index.owners_with_rule(h):
                     for name, value in zip(HITS_SCHEMA.names, (ids[i], task.params["source"], subsets[i], evalset, item,
-                                                                field, start, end, texts[i][start:end])):
+                                                                field, rule, start, end, texts[i][start:end])):
                         hits[name].append(value)
                     found.setdefault(evalset, {}).setdefault(task.params["source"], {}).setdefault(subset, []).append(item)
             if cfg.policy == "drop":
@@ -161,7 +172,9 @@ class Decontaminate(Phase):
         if task.params["first"]:  # global facts ride on the first shard's stats into the report
             stats["index"] = ctx.shared["index"]["summary"]
             stats["common_ngrams"] = ctx.shared["count"]["common"]
-        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, pa.array(reasons, pa.string()), stats)
+        # Excision shortens texts: the manifest's bytes_in must be what came in, so the cut bytes stay in the lineage.
+        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, pa.array(reasons, pa.string()), stats,
+                                bytes_in=text_bytes(table))
         entry["input"] = task.inputs[0]
         return {"shards": [entry]}
 
@@ -207,9 +220,11 @@ class DecontaminateStage(Stage):
         return [BuildIndex(), CountNgrams(), Decontaminate(), JoinHits()]
 
     def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
-        """Per evaluation set: items found (number and fraction), per source and subset; the index; common n-grams."""
+        """Per evaluation set: its n and how its items were checked (coverage), items found (number and fraction),
+        per source and subset; the index; common n-grams."""
         index = stats.get("index", {})
         totals = index.get("items", {})
+        coverage = index.get("coverage", {})
         evalsets = {}
         summary = []
         for name in sorted(totals):
@@ -218,8 +233,18 @@ class DecontaminateStage(Stage):
             by_source = {src: {sub: {"items": len(set(its))} for sub, its in sorted(subs.items())}
                          for src, subs in sorted(per.items())}
             fraction = len(items) / totals[name] if totals[name] else 0.0
-            evalsets[name] = {"items": totals[name], "found": len(items), "fraction": round(fraction, 5),
+            cov = coverage.get(name, {})
+            checked = cov.get("items", {})
+            evalsets[name] = {"items": totals[name], "n": cov.get("n"), "n_rule": cov.get("n_rule"),
+                              "unit": cov.get("unit"), "checked_ngram": checked.get("ngram", 0),
+                              "checked_whole": checked.get("whole", 0),
+                              "not_checkable": {"too_short": checked.get("too_short", 0),
+                                                "no_text": checked.get("no_text", 0)},
+                              "found": len(items), "fraction": round(fraction, 5),
                               "by_source": by_source, "found_items": items[:100]}
+            unchecked = checked.get("too_short", 0) + checked.get("no_text", 0)
+            if unchecked:
+                summary.append(f"{name}: {unchecked:,} of {totals[name]:,} items not checkable (too short or no text)")
             if items:
                 summary.append(f"{name}: {len(items):,} of {totals[name]:,} items found in the corpus ({100 * fraction:.2f}%)")
         return {"evalsets": evalsets, "hits": stats.get("hits", 0), "documents_with_hits": stats.get("documents_with_hits", 0),
