@@ -33,6 +33,16 @@ def test_tally_table_counts_per_subset():
     assert t.subsets["s1"].docs_out == 2 and t.subsets["(none)"].drops == {"r": 1}
 
 
+
+def test_tally_table_counts_the_bytes_received_not_the_rewritten_text():
+    """A stage that shortens a kept text and drops another: bytes_in is what came in, bytes_out what was kept."""
+    table = pa.table({"text": ["ab", "cde", "f"], "subset": ["s1", None, "s1"]})  # after the stage: 2 + 3 + 1 bytes
+    received = pa.array([10, 30, 1], pa.int64())
+    t = tally_table(table, pa.array([None, "r", None], pa.string()), received)
+    assert t.total.to_json() == {"docs_in": 3, "docs_out": 2, "bytes_in": 41, "bytes_out": 3, "drops": {"r": 1}}
+    assert (t.subsets["s1"].bytes_in, t.subsets["s1"].bytes_out) == (11, 3)
+    assert t.subsets["(none)"].bytes_in == 30
+
 def test_conservation_passes_and_totals_sum():
     content = build_content("s", {"a": 1}, {"stage": "ingest"}, [entry("b", "x", 5, 3, {"r": 2}), entry("a", "y", 4, 4, {})])
     check_conservation(content, ["r"])

@@ -72,24 +72,38 @@ class SourceTally:
         return cls(Tally.from_json(data), {k: Tally.from_json(v) for k, v in data.get("subsets", {}).items()})
 
 
-def tally_table(table: pa.Table, reasons: pa.Array) -> SourceTally:
-    """Count a processed shard: `reasons` is null for kept rows, the drop reason otherwise."""
+def tally_table(table: pa.Table, reasons: pa.Array, bytes_in: pa.Array | None = None) -> SourceTally:
+    """Count a processed shard: `reasons` is null for kept rows, the drop reason otherwise.
+
+    `bytes_in` is each row's UTF-8 size as the stage received it; a stage that rewrites text (clean, excision) must
+    pass it, or the bytes it removed would vanish from the lineage (`bytes_in` would equal the rewritten size). Left
+    out, the text written is also the text received.
+    """
     import pyarrow.compute as pc
 
+    bytes_out = pc.binary_length(table.column("text")).cast(pa.int64())
     grouped = pa.table({
         "subset": pc.fill_null(table.column("subset"), NO_SUBSET),
         "reason": pc.fill_null(reasons, ""),
-        "bytes": pc.binary_length(table.column("text")).cast(pa.int64()),
-    }).group_by(["subset", "reason"]).aggregate([("bytes", "sum"), ("bytes", "count")])
+        "bytes_in": bytes_out if bytes_in is None else bytes_in.cast(pa.int64()),
+        "bytes_out": bytes_out,
+    }).group_by(["subset", "reason"]).aggregate([("bytes_in", "sum"), ("bytes_out", "sum"), ("bytes_in", "count")])
     result = SourceTally()
     for row in grouped.to_pylist():
-        docs, size = row["bytes_count"], row["bytes_sum"] or 0
+        docs, size_in, size_out = row["bytes_in_count"], row["bytes_in_sum"] or 0, row["bytes_out_sum"] or 0
         if row["reason"]:
-            tally = Tally(docs, 0, size, 0, Counter({row["reason"]: docs}))
+            tally = Tally(docs, 0, size_in, 0, Counter({row["reason"]: docs}))
         else:
-            tally = Tally(docs, docs, size, size)
+            tally = Tally(docs, docs, size_in, size_out)
         result = result + SourceTally(tally, {row["subset"]: tally})
     return result
+
+
+def text_bytes(table: pa.Table) -> pa.Array:
+    """Each row's UTF-8 text size: what `tally_table` takes as `bytes_in` when a stage rewrites text."""
+    import pyarrow.compute as pc
+
+    return pc.binary_length(table.column("text")).cast(pa.int64()).combine_chunks()
 
 
 def merge_stats(a: Any, b: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tokenmill.manifests.stats import tally_table
+from tokenmill.manifests.stats import tally_table, text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.documents import DROP_REASON, content_hash, read_shard, shard_bytes, with_text_hash
@@ -22,14 +22,18 @@ def shard_name(path: str) -> str:
 
 def split_and_write(
     stage: Stage, ctx: TaskContext, name: str, source: str, table: pa.Table, reasons: pa.Array,
-    stats: Any = None,
+    stats: Any = None, bytes_in: pa.Array | None = None,
 ) -> dict[str, Any]:
     """Write the kept and dropped rows of one processed shard of `source`; return its manifest entry.
 
     Every shard a stage writes passes here: `text_hash` is computed from the text being written (whatever the table
-    carried in that column), so it is in every kept and dropped shard and always matches its text.
+    carried in that column), so it is in every kept and dropped shard and always matches its text. `bytes_in`, each
+    row's text size as the stage received it, is required of a stage that rewrites text (see `tally_table`).
     """
     stage.check_reasons(reasons)
+    if bytes_in is not None and len(bytes_in) != table.num_rows:
+        raise RuntimeError(f"stage {stage.name!r}, shard {name}: {len(bytes_in)} input sizes for {table.num_rows} rows; "
+                           "a stage's process must return one row per input row")
     try:
         table = with_text_hash(table)
     except ValueError as err:
@@ -46,7 +50,7 @@ def split_and_write(
     others = set(table.column("source").unique().to_pylist()) - {source}
     if others:
         raise RuntimeError(f"shard {name} of source {source!r} holds rows of {sorted(others)}; a shard holds one source")
-    tally = tally_table(table, reasons)
+    tally = tally_table(table, reasons, bytes_in)
     entry = {
         "path": shard_path,
         "dropped_path": dropped_path,
@@ -72,10 +76,11 @@ class MapShards(Phase):
         (relpath,) = task.inputs
         table = read_shard(storage.join(ctx.input_dir, relpath), ctx.fs)
         filled = [c for c in sorted(stage.uses) if c not in table.column_names]
+        received = text_bytes(table)
         processed = stage.process(with_fallbacks(table, stage), ctx.shared)
         # Fallback columns stand in for an absent stage's annotation; they are not this stage's output.
         out = processed.table.drop_columns([c for c in filled if c not in {f.name for f in stage.adds}])
         entry = split_and_write(stage, ctx, task.key, task.params["source"], out, processed.drop_reason,
-                                processed.stats)
+                                processed.stats, bytes_in=received)
         entry["input"] = relpath
         return {"shards": [entry]}
