@@ -58,3 +58,37 @@ def test_trained_tokenizer_reads_its_own_eos_and_missing_eos_is_an_error(tmp_pat
     (tmp_path / "bad.json").write_text('{"not": "a tokenizer"}')
     with pytest.raises(ConfigError, match="is not a tokenizer.json"):
         load_tokenizer(str(tmp_path / "bad.json"))
+
+
+def test_non_special_added_tokens_give_the_tokenizers_own_ids(neox, shared_data):
+    """GPT-NeoX-style runs of spaces are added tokens that are not special: they are kept, so every real document
+    encodes to `encode(text, add_special_tokens=False)` of the tokenizer as given ("  To" is "  " + "To")."""
+    from tests.tokenize.conftest import web_texts
+    from tokenmill.tokenize.tokenizer import _loaded
+
+    tok = _loaded(neox, "<|endoftext|>")
+    texts = web_texts(shared_data)
+    ours = [list(ids[:-1]) for ids in tok.encode_documents(texts)]
+    theirs = [e.ids for e in neox.encode_batch(texts, add_special_tokens=False)]
+    assert sum(a != b for a, b in zip(ours, theirs)) == 0
+    assert sum(any(i > tok.eos_id for i in ids) for ids in ours) > 100  # documents where the added tokens apply
+    (doc,) = tok.encode_documents(["Hello.  To be"])
+    assert list(doc[2:4]) == [neox.token_to_id("  "), neox.token_to_id("To")]
+
+
+def test_special_token_strings_stay_text_beside_added_tokens(neox):
+    """With added tokens kept, special-token strings are still text: no eos or padding id inside a document."""
+    import pickle
+
+    from tokenmill.tokenize.tokenizer import _loaded
+
+    tok = pickle.loads(pickle.dumps(_loaded(neox, "<|endoftext|>")))  # as a Ray worker receives it
+    doc = "x  <|padding|>  <|endoftext|>  y"
+    (ids,) = tok.encode_documents([doc])
+    specials = {neox.token_to_id("<|padding|>"), tok.eos_id}
+    assert not specials & set(ids[:-1].tolist()) and ids[-1] == tok.eos_id
+    as_text = neox.__class__.from_str(neox.to_str())
+    as_text.encode_special_tokens = True
+    assert list(ids[:-1]) == as_text.encode(doc, add_special_tokens=False).ids
+    assert neox.token_to_id("  ") in ids.tolist() and tok.decode(ids[:-1]) == doc
+    assert tok.count_special_strings([doc, "clean"]) == 1

@@ -1,24 +1,45 @@
-"""tiktoken as a faster engine for byte-level BPE tokenizers it implements exactly, checked on every shard.
+"""tiktoken as a faster engine for the byte-level BPE tokenizers it implements exactly, by construction.
 
 tiktoken's built-in encodings download at run time, so the encoding is built offline from the tokenizer's own
-vocabulary. It is used only when the tokenizer has no normalizer, a byte-level pre-tokenizer with the GPT-2 split
-pattern and no prefix space, and a plain BPE model; and then only for a shard whose sample (its first documents and
-every non-ASCII or whitespace-heavy one) encodes to identical ids with both engines. Otherwise `tokenizers` encodes
-the whole shard, and the engine used is recorded.
+merges. The two engines merge differently: `tokenizers` merges the adjacent pair of lowest priority in the merges
+list; tiktoken merges the adjacent pair whose concatenated bytes have the lowest rank, and emits a whole pre-token
+at once when it is a token. With ranks taken from the merge order (the token made by merge i ranks below the one
+made by merge j exactly when i < j) the two are the same algorithm when, checked at load:
+
+1. every merge's two parts are single bytes or tokens made by earlier merges, and no two merges make the same
+   token (so `tokenizers` applies merges in non-decreasing priority, level by level); and
+2. every token made by a merge is what `tokenizers`' BPE gives for that token's own text.
+
+Proof sketch: run both on one pre-token; until they differ they hold the same tokens. tiktoken differs only by
+merging an adjacent pair x, y that is not in the merges list while x + y is a token t made by merge j, with j no
+higher than `tokenizers`' next merge k. By 1, every merge below k has been applied; x starts and y ends at token
+boundaries that no merge crossed, so the tokens between them are what BPE gives on the text of t alone, which by 2
+is t itself by merge j (j < k), or its parts just before merge j (j = k) -- never x, y. So the pair cannot occur.
+The whole-pre-token shortcut is 2 itself. Ties go to the leftmost pair in both.
+
+Otherwise the engine is used only when the tokenizer has no normalizer, a byte-level pre-tokenizer with the GPT-2
+split pattern and no prefix space, a plain BPE model with every byte in its vocabulary; and non-special added
+tokens (GPT-NeoX's runs of spaces) are split off first exactly as `tokenizers` does: leftmost-longest, the
+non-normalized ones before the normalized ones, none with `single_word`, `lstrip` or `rstrip`, none overlapping a
+special token's text. Anything else encodes with `tokenizers`, and the reason is logged. The engine of every token
+file is recorded in `tokens.json`; tests/tokenize/test_fast_engine.py checks identical ids on adversarial text.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Sequence
+import logging
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 
 from tokenmill.tokenize.tokenizer import LoadedTokenizer
 
+log = logging.getLogger(__name__)
+
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-CHECK_FIRST = 32
-CHECK_MAX = 256
 
 
 def _bytes_to_unicode() -> dict[str, int]:
@@ -33,37 +54,161 @@ def _bytes_to_unicode() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
-def tiktoken_encoding(tok: LoadedTokenizer):
-    """A tiktoken Encoding equivalent to `tok`'s text encoder, or None where it would not be exactly equivalent."""
+@dataclass(frozen=True)
+class FastEncoder:
+    """tiktoken, plus what `tokenizers` does around its BPE: the added-token split and the rank -> id map."""
+
+    encoding: object
+    """A `tiktoken.Encoding` with ranks in merge order."""
+    id_of_rank: Optional[np.ndarray]
+    """Token id of each rank; None where ranks are the ids (merge order is id order, as in GPT-2)."""
+    added_passes: tuple[re.Pattern, ...]
+    """Non-special added tokens, non-normalized then normalized: each a leftmost-longest alternation."""
+    added_ids: dict[str, int]
+
+    def _ids(self, ranks: list[int]) -> np.ndarray:
+        ids = np.asarray(ranks, dtype=np.int64)
+        return ids if self.id_of_rank is None else self.id_of_rank[ids]
+
+    def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Each text's ids, equal to `tokenizers`' `encode(text, add_special_tokens=False)` with special-token
+        strings as text."""
+        if not self.added_passes:
+            return [self._ids(self.encoding.encode_ordinary(t)) for t in texts]  # no thread pool per batch
+        pieces: list[list[str | int]] = [self._split(t) for t in texts]
+        plain = [p for doc in pieces for p in doc if isinstance(p, str)]
+        encoded = iter([self.encoding.encode_ordinary(t) for t in plain])
+        out = []
+        for doc in pieces:
+            ranks: list[int] = []
+            added: list[tuple[int, int]] = []  # (position in ranks, added id): added ids are not ranks
+            for p in doc:
+                if isinstance(p, str):
+                    ranks.extend(next(encoded))
+                else:
+                    added.append((len(ranks), p))
+            ids = self._ids(ranks)
+            if added:
+                ids = np.insert(ids, [pos for pos, _ in added], [i for _, i in added])
+            out.append(ids)
+        return out
+
+    def _split(self, text: str) -> list[str | int]:
+        parts: list[str | int] = [text]
+        for pattern in self.added_passes:
+            nxt: list[str | int] = []
+            for part in parts:
+                if not isinstance(part, str):
+                    nxt.append(part)
+                    continue
+                last = 0
+                for m in pattern.finditer(part):
+                    if m.start() > last:
+                        nxt.append(part[last:m.start()])
+                    nxt.append(self.added_ids[m.group()])
+                    last = m.end()
+                if last < len(part):
+                    nxt.append(part[last:])
+            parts = nxt
+        return parts
+
+
+def _refusal(tok: LoadedTokenizer) -> tuple[Optional[FastEncoder], str]:
     try:
         import tiktoken
     except ImportError:
-        return None
-    spec = json.loads(tok.text_encoder.to_str())
+        return None, "tiktoken is not installed"
+    spec = json.loads(tok.tokenizer.to_str())
     pre, model = spec.get("pre_tokenizer") or {}, spec.get("model") or {}
-    if spec.get("normalizer") is not None or pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") \
-            or not pre.get("use_regex", True) or model.get("type") != "BPE" or model.get("dropout") \
-            or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
-        return None
+    if spec.get("normalizer") is not None:
+        return None, f"the tokenizer has a normalizer ({spec['normalizer'].get('type')})"
+    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+        return None, f"the pre-tokenizer is not byte-level with the GPT-2 pattern and no prefix space ({pre})"
+    if model.get("type") != "BPE" or model.get("dropout") or model.get("continuing_subword_prefix") \
+            or model.get("end_of_word_suffix") or model.get("ignore_merges"):
+        return None, "the model is not a plain BPE (dropout, subword affixes or ignore_merges)"
     u2b = _bytes_to_unicode()
-    added = {a["content"] for a in json.loads(tok.tokenizer.to_str()).get("added_tokens", [])}
-    try:
-        ranks = {bytes(u2b[c] for c in token): i for token, i in model["vocab"].items() if token not in added}
-    except KeyError:
-        return None  # a token outside the byte-level alphabet
-    if len(set(ranks.values())) != len(ranks) or len(ranks) != len(set(ranks)):
-        return None
-    return tiktoken.Encoding("tokenmill", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
+    vocab: dict[str, int] = model["vocab"]
+    if len(set(vocab.values())) != len(vocab):
+        return None, "two vocabulary entries share an id"
+    rank_of: dict[str, int] = {}
+    for char in u2b:
+        if char not in vocab:
+            return None, f"byte {u2b[char]} is not in the vocabulary"
+        rank_of[char] = vocab[char]
+    merges = [m.split(" ", 1) if isinstance(m, str) else m for m in model.get("merges", [])]
+    made: list[str] = []
+    for i, (a, b) in enumerate(merges):
+        if a not in rank_of or b not in rank_of:
+            return None, f"merge {i} ({a!r}, {b!r}) uses a part that no earlier merge made"
+        if a + b in rank_of or a + b not in vocab:
+            return None, f"merge {i} makes {a + b!r}, which another merge also makes or the vocabulary lacks"
+        rank_of[a + b] = vocab[a + b]
+        made.append(a + b)
+    made_ids = [vocab[t] for t in made]
+    if all(x < y for x, y in zip(made_ids, made_ids[1:])):
+        ranks, id_of_rank = dict(rank_of), None  # merge order is id order: the ids are the ranks
+    else:
+        ranks = {c: u2b[c] for c in u2b} | {t: 256 + i for i, t in enumerate(made)}
+        id_of_rank = np.empty(256 + len(made), dtype=np.int64)
+        for t, r in ranks.items():
+            id_of_rank[r] = vocab[t]
+    # Condition 2: BPE alone (no pre-tokenizer, no added tokens) gives every merged token back whole.
+    bare = json.loads(tok.tokenizer.to_str())
+    bare.update(normalizer=None, pre_tokenizer=None, post_processor=None, added_tokens=[])
+    from tokenizers import Tokenizer
+
+    alone = Tokenizer.from_str(json.dumps(bare)).encode_batch_fast(made, add_special_tokens=False)
+    for t, e in zip(made, alone):
+        if e.ids != [vocab[t]]:
+            return None, f"BPE encodes the text of token {t!r} as {e.tokens}, not as the token itself"
+
+    added = [a for a in spec.get("added_tokens", [])]
+    special = [a["content"] for a in added if a["special"]]
+    plain = [a for a in added if not a["special"]]
+    for a in plain:
+        if a["single_word"] or a["lstrip"] or a["rstrip"] or not a["content"]:
+            return None, f"added token {a['content']!r} has single_word, lstrip or rstrip set"
+        for s in special:
+            c = a["content"]
+            if c in s or s in c or any(s.endswith(c[:k]) or c.endswith(s[:k]) for k in range(1, min(len(c), len(s)))):
+                return None, f"added token {c!r} overlaps the special token {s!r}"
+    passes = []
+    for normalized in (False, True):
+        contents = sorted({a["content"] for a in plain if bool(a["normalized"]) == normalized},
+                          key=lambda c: (-len(c), c))  # longest first: Python's re takes the first alternative
+        if contents:
+            passes.append(re.compile("|".join(map(re.escape, contents))))
+    byte_ranks = {bytes(u2b[c] for c in t): r for t, r in ranks.items()}
+    encoding = tiktoken.Encoding("tokenmill", pat_str=GPT2_PATTERN, mergeable_ranks=byte_ranks, special_tokens={})
+    return FastEncoder(encoding, id_of_rank, tuple(passes), {a["content"]: a["id"] for a in plain}), ""
 
 
-def encode_checked(tok: LoadedTokenizer, encoding, texts: Sequence[str]) -> tuple[list[np.ndarray], str]:
-    """Every document's ids plus the end-of-text id, and the engine that made them (`tiktoken` or `tokenizers`)."""
-    if encoding is None or not texts:
+_CACHE: dict[str, tuple[Optional[FastEncoder], str]] = {}
+
+
+def tiktoken_encoding(tok: LoadedTokenizer) -> Optional[FastEncoder]:
+    """The tiktoken engine for `tok`, or None (the reason logged) where it would not be exactly `tokenizers`.
+    Built once per process and tokenizer."""
+    if tok.sha256 not in _CACHE:
+        encoder, reason = _refusal(tok)
+        if encoder is None:
+            log.info("tokenize: encoding with tokenizers, not tiktoken: %s", reason)
+        _CACHE[tok.sha256] = encoder, reason
+    return _CACHE[tok.sha256][0]
+
+
+def why_not_fast(tok: LoadedTokenizer) -> str:
+    """Why `tiktoken_encoding(tok)` is None ("" when it is not)."""
+    tiktoken_encoding(tok)
+    return _CACHE[tok.sha256][1]
+
+
+def encode_checked(tok: LoadedTokenizer, encoder: Optional[FastEncoder],
+                   texts: Sequence[str]) -> tuple[list[np.ndarray], str]:
+    """Every document's ids plus the end-of-text id, and the engine that made them: `tiktoken` where
+    `tiktoken_encoding` gave an encoder (checked equal to `tokenizers` at load, see above), else `tokenizers`."""
+    if encoder is None or not texts:
         return tok.encode_documents(texts), "tokenizers"
-    fast = encoding.encode_ordinary_batch(list(texts), num_threads=1)
-    tricky = [i for i, t in enumerate(texts) if not t.isascii() or "  " in t or "\t" in t or "\n\n\n" in t]
-    sample = sorted(set(range(min(CHECK_FIRST, len(texts)))) | set(tricky[:CHECK_MAX]))
-    reference = tok.text_encoder.encode_batch([texts[i] for i in sample], add_special_tokens=False)
-    if any(fast[i] != r.ids for i, r in zip(sample, reference)):
-        return tok.encode_documents(texts), "tokenizers"
-    return [np.array([*ids, tok.eos_id], dtype=np.int64) for ids in fast], "tiktoken"
+    eos = np.array([tok.eos_id], dtype=np.int64)
+    return [np.concatenate([ids, eos]) for ids in encoder.encode(texts)], "tiktoken"

@@ -1,9 +1,8 @@
-"""Load, or train, a byte-level BPE tokenizer, and encode documents with special-token strings as ordinary text."""
+"""Load, or train, a byte-level BPE tokenizer; encode documents as it does, special-token strings as text."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -22,17 +21,25 @@ class LoadedTokenizer:
     tokenizer: Tokenizer
     """The tokenizer as given: decodes, and knows the end-of-text id."""
     text_encoder: Tokenizer
-    """The same without added tokens: `<|endoftext|>` written in a forum post is encoded as the text it is, so no
-    fake document boundary appears and decoding gives the post back."""
+    """The same with `encode_special_tokens` on: `<|endoftext|>` written in a forum post is encoded as the text it
+    is, so no fake document boundary appears, while non-special added tokens (GPT-NeoX's runs of spaces) are kept,
+    so ids equal the tokenizer's own `encode(text, add_special_tokens=False)`."""
     eos_id: int
     vocab_size: int
     sha256: str
     """Of the tokenizer's JSON: what the token files were made with."""
 
+    def __setstate__(self, state: dict) -> None:
+        # `encode_special_tokens` is not part of a Tokenizer's serialized form: a pickled copy (a Ray worker's)
+        # would lose it and turn `<|endoftext|>` in a document into a document boundary. Set it again.
+        object.__setattr__(self, "__dict__", state)
+        self.text_encoder.encode_special_tokens = True
+
     def encode_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each document followed by the end-of-text id (no BOS or other post-processing)."""
-        encodings = self.text_encoder.encode_batch(list(texts), add_special_tokens=False)
-        return [np.array([*e.ids, self.eos_id], dtype=np.int64) for e in encodings]
+        encodings = self.text_encoder.encode_batch_fast(list(texts), add_special_tokens=False)
+        eos = np.array([self.eos_id], dtype=np.int64)
+        return [np.concatenate([np.asarray(e.ids, dtype=np.int64), eos]) for e in encodings]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
@@ -48,9 +55,9 @@ def _loaded(tokenizer: Tokenizer, eos_token: str) -> LoadedTokenizer:
     if eos_id is None:
         raise ConfigError(f"stages.tokenize.tokenizer: the tokenizer has no end-of-text token {eos_token!r}; "
                           "set eos_token to the one it has")
-    spec = json.loads(tokenizer.to_str())
-    plain = dict(spec, added_tokens=[])
-    return LoadedTokenizer(tokenizer, Tokenizer.from_str(json.dumps(plain)), int(eos_id),
+    text_encoder = Tokenizer.from_str(tokenizer.to_str())
+    text_encoder.encode_special_tokens = True
+    return LoadedTokenizer(tokenizer, text_encoder, int(eos_id),
                            tokenizer.get_vocab_size(with_added_tokens=True),
                            hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest())
 

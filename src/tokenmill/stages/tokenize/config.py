@@ -46,5 +46,6 @@ class TokenizeConfig(StageConfig):
     batch_docs: int = Field(default=1_000, ge=1)
     """Documents per `encode_batch` call."""
     engine: Literal["auto", "tokenizers"] = "auto"
-    """`auto`: tiktoken where it implements the tokenizer exactly and a shard's sample gives identical ids; else
-    `tokenizers` (the engine per shard is recorded in `tokens.json`)."""
+    """`auto`: tiktoken where it is proven at load to give the tokenizer's own ids (merge-order ranks, every merged
+    token its own encoding; `tokenmill.tokenize.fast_engine`), else `tokenizers`, the reason logged; the engine per
+    token file is recorded in `tokens.json`."""

@@ -90,6 +90,7 @@ class Encode(Phase):
         dtype = dtype_for_vocab(tok.vocab_size)
         files: dict[str, list[dict]] = {s: [] for s in SPLITS}
         writers: dict[str, tuple[IndexedWriter, dict[str, list]]] = {}
+        in_file = {s: 0 for s in SPLITS}  # tokens in the split's open file (IndexedWriter.num_tokens sums a list)
         tokens = {s: 0 for s in SPLITS}
         docs = {s: 0 for s in SPLITS}
 
@@ -104,7 +105,7 @@ class Encode(Phase):
             files[split].append({"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens})
             ctx.write(f"{stem}.engine", ("+".join(sorted(engines)) or "tokenizers").encode())
 
-        encoding = tiktoken_encoding(tok) if cfg.engine == "auto" else None
+        encoding = tiktoken_encoding(tok) if cfg.engine == "auto" else None  # built once per worker process
         engines = set()
         for start in range(0, len(texts), cfg.batch_docs):
             encoded, engine = encode_checked(tok, encoding, texts[start:start + cfg.batch_docs])
@@ -121,8 +122,10 @@ class Encode(Phase):
                     side[name].append(value)
                 tokens[split] += len(doc_tokens)
                 docs[split] += 1
-                if writer.num_tokens >= cfg.max_tokens_per_file:
+                in_file[split] += len(doc_tokens)
+                if in_file[split] >= cfg.max_tokens_per_file:
                     flush(split)
+                    in_file[split] = 0
         for split in list(writers):
             flush(split)
         stats = {"tokens": tokens, "documents": docs, "special_token_text_docs": tok.count_special_strings(texts)}
