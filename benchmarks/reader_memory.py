@@ -8,11 +8,8 @@ source: the peak (``ru_maxrss``) is the process's high-water mark.
 
 from __future__ import annotations
 
-import os
 import sys
 
-# benchmarks/tokenize.py would shadow the standard library's tokenize: drop this folder from the path.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import argparse  # noqa: E402
 import json  # noqa: E402

@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import sys
 
-# benchmarks/tokenize.py would shadow the standard library's tokenize: drop this folder from the path.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import argparse  # noqa: E402
 import json  # noqa: E402

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import sys
 
-# benchmarks/tokenize.py would shadow the standard library's tokenize (torch imports it): drop this folder.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import argparse  # noqa: E402
 import hashlib  # noqa: E402
