@@ -144,7 +144,13 @@ def test_decontaminate_finds_every_planted_passage(demo_run):
     for fault in planted:
         assert not any(questions[fault["item"]] in t for t in kept.values())  # excised wherever it survived
     report = json.loads((config.output_dir / "decontaminate" / "manifest.json").read_text())["content"]["report"]
-    assert report["evalsets"]["demo_qa"]["found"] == 3
+    # The planted questions, and any other item sharing an n-gram with them (demo_qa's n is 8 by GPT-3's rule, and
+    # its generated questions share 8-word phrases): every found item has a hit whose text is in that item.
+    found = report["evalsets"]["demo_qa"]
+    assert {f["item"] for f in planted} <= set(found["found_items"]) == {h["item"] for h in hits}
+    assert found["found"] == len(found["found_items"]) and found["n"] == 8
+    for h in hits:
+        assert h["text"] in questions[h["item"]], h
 
 
 def test_tokenize_writes_token_files_that_decode_to_the_documents(demo_run):
