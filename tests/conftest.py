@@ -19,6 +19,17 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _verified_cache(tmp_path_factory):
+    """Verified-file markers (tokenmill.loader.verify) go to a folder of the test session, never to ~/.cache."""
+    from tokenmill.loader.verify import VERIFIED_CACHE_ENV
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(VERIFIED_CACHE_ENV, str(tmp_path_factory.mktemp("verified")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster for every test that needs one (starting one costs ~4 s and ~840 MB)."""

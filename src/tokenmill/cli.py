@@ -213,13 +213,14 @@ def cmd_tokens_stats(args: argparse.Namespace) -> int:
     import numpy as np
     import pyarrow.parquet as pq
 
+    from tokenmill.inspect.tokens import tokenizer
     from tokenmill.tokenize.indexed import IndexedReader
-    from tokenmill.tokenize.tokenizer import load_tokenizer
 
     folder = Path(args.run) / "tokenize"
     if not (folder / "tokens.json").is_file():
         raise TokenmillError(f"{folder / 'tokens.json'} does not exist: run the tokenize stage first")
     index = json.loads((folder / "tokens.json").read_text(encoding="utf-8"))
+    tok = tokenizer(args.run)  # only the one whose sha256 tokens.json records
     out = Console(width=max(Console().width, 100))
     table = Table(title=f"tokens in {args.run}", title_justify="left")
     for col in ("split", "source", "documents", "tokens", "p10", "p50", "p90", "p99"):
@@ -238,13 +239,32 @@ def cmd_tokens_stats(args: argparse.Namespace) -> int:
     out.print(table)
     out.print(f"tokenizer: vocab {index['tokenizer']['vocab_size']:,}, end-of-text id {index['tokenizer']['eos_id']}, "
               f"dtype {index['dtype']}")
-    tok = load_tokenizer(str(folder / "tokenizer.json"), index["tokenizer"]["eos_token"])
     rng = random.Random(args.seed)
     for prefix in rng.sample(samples, min(args.decode, len(samples))):
         reader = IndexedReader(str(folder / prefix))
         if len(reader):
             seq = reader[rng.randrange(len(reader))]
             out.print(f"[bold]{prefix}[/] ({len(seq)} tokens): [dim]{tok.decode(seq[:80])!r}...[/]")
+    return 0
+
+
+def cmd_tokens_verify(args: argparse.Namespace) -> int:
+    """`tokenmill tokens verify RUN`: every file tokens.json records, hashed again and compared."""
+    from tokenmill.inspect.tokens import verify_token_files
+
+    def show(row: dict) -> None:
+        if not row["ok"] or args.verbose:
+            print(f"{'ok' if row['ok'] else 'MISMATCH':8} {row['file']}" + ("" if row["ok"] else f": {row['error']}"),
+                  file=sys.stderr)
+
+    rows = verify_token_files(args.run, on_file=show)
+    bad = [r["file"] for r in rows if not r["ok"]]
+    size = sum(r["bytes"] or 0 for r in rows)
+    seconds = sum(r["seconds"] for r in rows)
+    print(f"{len(rows) - len(bad)} of {len(rows)} files match tokens.json ({size / 1e6:,.1f} MB in {seconds:.1f} s)")
+    if bad:
+        raise TokenmillError(f"{len(bad)} files differ from the sha256 tokens.json records: {', '.join(bad[:10])}"
+                             f"{' ...' if len(bad) > 10 else ''}; restore them or rerun the tokenize stage")
     return 0
 
 
@@ -290,6 +310,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tokenmill.train.trainer import Trainer
 
     overrides = {"steps": args.steps} if args.steps else {}
+    if args.allow_data_change:
+        overrides["allow_data_change"] = True
     config = load_train_config(args.config, overrides)  # a bad config stops here, before any rank starts
     if args.nproc is not None and "RANK" not in os.environ:
         if args.nproc < 1:
@@ -298,7 +320,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             from tokenmill.train.launch import launch
 
             argv = ["train", args.config] + (["--steps", str(args.steps)] if args.steps else []) + (
-                ["--skip-batches", args.skip_batches] if args.skip_batches else [])
+                ["--skip-batches", args.skip_batches] if args.skip_batches else []) + (
+                ["--allow-data-change"] if args.allow_data_change else [])
             return launch((["-v"] if args.verbose else []) + argv, args.nproc)
     summary = Trainer(config, skip_batches=args.skip_batches).run()
     if int(os.environ.get("RANK", "0")) == 0:
@@ -360,11 +383,16 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--decode", type=int, default=3, help="how many random documents to decode")
     stats.add_argument("--seed", type=int, default=0)
     stats.set_defaults(func=cmd_tokens_stats)
+    check = tokens_sub.add_parser("verify", help="hash every token file and the tokenizer again against tokens.json")
+    check.add_argument("run", help="the run folder (the config's `output`)")
+    check.set_defaults(func=cmd_tokens_verify)
 
     trainer = sub.add_parser("train", help="train an OPT-style decoder on token files (torchrun for several ranks)")
     trainer.add_argument("config", help="train config (YAML)")
     trainer.add_argument("--skip-batches", help="never train on these global batches, e.g. 1200-1210,1300")
     trainer.add_argument("--steps", type=int, help="override the config's total steps")
+    trainer.add_argument("--allow-data-change", action="store_true", help="resume although the data changed since the "
+                         "checkpoint: same position, new data (warned, and a data_change event in events.jsonl)")
     trainer.add_argument("--nproc", type=int, help="ranks on this machine (one per GPU), joined through a file store "
                          "with every socket on 127.0.0.1; torchrun for several machines")
     trainer.set_defaults(func=cmd_train)

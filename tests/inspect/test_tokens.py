@@ -10,9 +10,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.inspect import (decoded_samples, document_lengths, length_histogram, length_percentiles, read_docs,
                                token_counts)
 
-pytestmark = pytest.mark.ray
-
-
+@pytest.mark.ray
 def test_token_counts_and_lengths_agree_with_tokens_json(small_run):
     index = json.loads((small_run / "tokenize" / "tokens.json").read_text())
     rows = token_counts(small_run)
@@ -31,7 +29,7 @@ def test_token_counts_and_lengths_agree_with_tokens_json(small_run):
         document_lengths(small_run, "nope")
 
 
-
+@pytest.mark.ray
 def test_decoded_samples_round_trip_to_the_tokenized_text(small_run):
     docs = decoded_samples(small_run, n=4, seed=3, split=None, max_tokens=None)
     assert len(docs) == 4 and docs == decoded_samples(small_run, n=4, seed=3, split=None, max_tokens=None)
@@ -40,3 +38,62 @@ def test_decoded_samples_round_trip_to_the_tokenized_text(small_run):
         assert d["ends_with_eos"] and d["text"] == texts[d["id"]]
     short = decoded_samples(small_run, n=1, source="reddit", max_tokens=5)
     assert short[0]["source"] == "reddit" and len(short[0]["text"]) < len(texts[short[0]["id"]])
+
+
+@pytest.fixture
+def tokens_run(tmp_path, monkeypatch):
+    """A run folder holding only tokenize/: token files (tests/loader/tokens.py) and a small trained tokenizer.json,
+    with their sha256 in tokens.json as the stage records them. No Ray."""
+    import hashlib
+
+    import numpy as np
+
+    from tokenmill.tokenize.tokenizer import train_bpe
+    from tests.loader.tokens import labelled_docs, write_dataset
+
+    monkeypatch.setenv("TOKENMILL_VERIFIED_CACHE", str(tmp_path / "verified"))  # tokenmill.loader.verify
+    run = tmp_path / "run"
+    path = write_dataset(run / "tokenize", {"alpha": labelled_docs(30, np.random.default_rng(0))}, files_per_source=2)
+    tok = train_bpe(["the quick brown fox jumps over the lazy dog"] * 20, 300)
+    (run / "tokenize" / "tokenizer.json").write_text(tok.tokenizer.to_str(), encoding="utf-8")
+    index = json.loads(path.read_text())
+    index["tokenizer"].update(sha256=tok.sha256, eos_token="<|endoftext|>")
+    for f in index["splits"]["train"]["files"]:
+        for ext in (".idx", ".docs.parquet"):
+            f["sha256"][ext] = hashlib.sha256((run / "tokenize" / (f["prefix"] + ext)).read_bytes()).hexdigest()
+    path.write_text(json.dumps(index))
+    return run
+
+
+def test_tokens_verify_names_a_flipped_bin(tokens_run, capsys):
+    from tokenmill.cli import main
+
+    assert main(["tokens", "verify", str(tokens_run)]) == 0
+    assert "7 of 7 files match tokens.json" in capsys.readouterr().out  # the tokenizer, 2 x (.bin, .idx, .docs)
+    # It left markers on this node: a loader then starts without hashing anything.
+    from tokenmill.loader import TokenLoader
+
+    loader = TokenLoader([tokens_run / "tokenize" / "tokens.json"], seq_len=8, global_batch_size=2)
+    loader.verifier.wait()
+    assert loader.verifier.hashed == 0 and loader.verifier.done
+    bad = tokens_run / "tokenize" / "train" / "alpha.0001.bin"
+    raw = bytearray(bad.read_bytes())
+    raw[4] ^= 1
+    raw[-3] ^= 8
+    bad.write_bytes(bytes(raw))  # same size
+    assert main(["tokens", "verify", str(tokens_run)]) == 2
+    out = capsys.readouterr()
+    assert "6 of 7 files match" in out.out
+    assert "MISMATCH train/alpha.0001.bin" in out.err and "1 files differ" in out.err
+
+
+def test_tokens_stats_refuses_a_tokenizer_other_than_the_recorded_one(tokens_run, capsys):
+    from tokenmill.cli import main
+
+    assert main(["tokens", "stats", str(tokens_run), "--decode", "1"]) == 0
+    capsys.readouterr()
+    path = tokens_run / "tokenize" / "tokenizer.json"
+    path.write_text(path.read_text().replace('"<|endoftext|>"', '"<|endoftext|> "', 1))  # another, valid tokenizer
+    assert main(["tokens", "stats", str(tokens_run)]) == 2
+    err = "".join(capsys.readouterr().err.split())  # rich wraps the message
+    assert "tokenize/tokenizer.json:sha256" in err and "recordedintokens.json" in err

@@ -282,3 +282,20 @@ def test_a_spike_beyond_max_rollbacks_stops_the_run(tmp_path):
     with pytest.raises(RollbacksExhausted, match="max_rollbacks=0"):
         _run(config(tokens, tmp_path / "run", weights=weights, global_batch_size=4, steps=24, lr=1e-2,
                     warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard), tmp_path)
+
+
+def test_corrupt_token_files_stop_the_run_before_a_step_naming_the_file(tmp_path, capsys):
+    """Two bytes flipped in every train .bin, sizes unchanged: the first batch is refused, no step is trained."""
+    from tokenmill.cli import main
+
+    tokens = write_tokens(tmp_path / "tokens")
+    for path in (tmp_path / "tokens" / "train").glob("*.bin"):
+        raw = bytearray(path.read_bytes())
+        raw[6] ^= 1
+        raw[len(raw) // 2] ^= 2
+        path.write_bytes(bytes(raw))
+    cfg = write_config(tmp_path / "train.yaml", config(tokens, tmp_path / "run", steps=3, eval_every=0))
+    assert main(["train", str(cfg)]) == 2
+    err = "".join(capsys.readouterr().err.split())  # rich wraps the message
+    assert ".bin:sha256" in err and "recordedintokens.json" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() or not metrics(tmp_path / "run")

@@ -72,11 +72,57 @@ def length_percentiles(run=None, split: str | None = "train", q=(10, 50, 90, 99)
 
 
 def tokenizer(run=None):
-    """The run's tokenizer (``tokenize/tokenizer.json``) as ``tokenmill.tokenize.tokenizer.LoadedTokenizer``."""
+    """The run's tokenizer (``tokenize/tokenizer.json``) as ``tokenmill.tokenize.tokenizer.LoadedTokenizer``, once its
+    sha256 matches the one ``tokens.json`` records (else a TokenmillError naming the file)."""
+    from tokenmill.loader.verify import file_sha256
     from tokenmill.tokenize.tokenizer import load_tokenizer
 
     info = token_index(run)["tokenizer"]
-    return load_tokenizer(str(stage_dir(run, "tokenize") / info.get("file", "tokenizer.json")), info["eos_token"])
+    path = stage_dir(run, "tokenize") / info.get("file", "tokenizer.json")
+    if not path.is_file():
+        raise TokenmillError(f"{path} does not exist: tokens.json names it as the run's tokenizer")
+    digest = file_sha256(path)
+    if digest != info.get("sha256"):
+        raise TokenmillError(f"{path}: sha256 {digest[:16]}… differs from {str(info.get('sha256'))[:16]}… recorded in "
+                             "tokens.json: the tokenizer changed since the tokenize stage wrote the tokens, so they "
+                             "would decode wrongly; restore it or rerun the tokenize stage")
+    return load_tokenizer(str(path), info.get("eos_token", "<|endoftext|>"))
+
+
+def verify_token_files(run=None, on_file=None) -> list[dict]:
+    """Every file ``tokens.json`` records, hashed again: the tokenizer, and per split each ``.bin``, ``.idx`` and
+    ``.docs.parquet``. Markers of earlier checks (``tokenmill.loader.verify``) are ignored, and refreshed for the files
+    that match, so a training run on this node then starts without hashing them. Each row: split, file, bytes, ok,
+    error, seconds; ``on_file(row)`` is called after each.
+    """
+    import time
+
+    from tokenmill.loader import DataError
+    from tokenmill.loader.verify import Check, cache_dir, verify_file
+
+    folder = stage_dir(run, "tokenize")
+    index = token_index(run)
+    tok = index.get("tokenizer", {})
+    checks = [("-", Check(folder / tok.get("file", "tokenizer.json"), str(tok.get("sha256", ""))))]
+    for split, entry in index["splits"].items():
+        for f in entry["files"]:
+            for ext, sha in sorted((f.get("sha256") or {}).items()):
+                checks.append((split, Check(folder / (f["prefix"] + ext), str(sha))))
+    cache, rows = cache_dir(), []
+    for split, check in checks:
+        t0 = time.perf_counter()
+        try:
+            # Token files get a marker; the tokenizer is read by `tokens stats`, which hashes it every time.
+            verify_file(check, cache if check.path.suffix in (".bin", ".idx") else None, use_markers=False)
+            error = None
+        except DataError as err:
+            error = str(err)
+        size = check.path.stat().st_size if check.path.is_file() else None
+        rows.append({"split": split, "file": str(check.path.relative_to(folder)), "bytes": size, "ok": error is None,
+                     "error": error, "seconds": round(time.perf_counter() - t0, 3)})
+        if on_file is not None:
+            on_file(rows[-1])
+    return rows
 
 
 def decoded_samples(run=None, n: int = 3, seed: int = 0, split: str | None = "train", source: str | None = None,

@@ -12,15 +12,18 @@ import itertools
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 
+from tokenmill.errors import TokenmillError
 from tokenmill.loader.batches import BatchLayout, merge_ranges, parse_ranges
 from tokenmill.loader.mixture import MixtureSchedule
 from tokenmill.loader.order import GlobalOrder
 from tokenmill.loader.streams import load_streams
+from tokenmill.loader.verify import Check, FileVerifier, cache_dir
 from tokenmill.loader.weights import resolve_weights
 
 log = logging.getLogger(__name__)
@@ -30,7 +33,7 @@ CHUNK_TOKENS = 1 << 20  # per worker hand-over, and at most this many micro-batc
 CHUNK_MICRO_BATCHES = 64
 
 
-class ResumeError(ValueError):
+class ResumeError(TokenmillError, ValueError):
     """A loader state that this loader cannot continue exactly; the message names what differs."""
 
 
@@ -118,13 +121,16 @@ class TokenLoader:
         shuffle: False serves each stream in order (samples 0, 1, 2, ...).
         position_ids: also yield position ids that restart at every document start.
         pin_memory: pin batches (for a CUDA host), passed to the DataLoader.
+        verify: check every token file against the sha256 that `tokens.json` records, in a background thread that
+            starts here; a batch is handed out only once the files it reads are verified, and a mismatch is a
+            DataError naming the file (``tokenmill.loader.verify``). Verified files are remembered per node.
     """
 
     def __init__(self, paths: Sequence[str], seq_len: int, global_batch_size: int, micro_batch_size: int | None = None,
                  seed: int = 0, rank: int = 0, world_size: int = 1, num_workers: int = 0,
                  weights: dict[str, float] | Sequence[float] | None = None, split: str = "train",
                  shuffle: bool = True, position_ids: bool = False, pin_memory: bool = False,
-                 prefetch_factor: int = 2):
+                 prefetch_factor: int = 2, verify: bool = True):
         if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__"):
             paths = [paths]
         if seq_len <= 0:
@@ -144,10 +150,46 @@ class TokenLoader:
         # Workers hand tokens over in the smallest signed dtype that holds the vocabulary.
         transfer = torch.int16 if (self.info.get("vocab_size") or 1 << 40) <= 32768 else torch.int32
         self._plan = _Plan(self.order, self.layout, position_ids, transfer)
+        self.verifier = self._verifier() if verify else None
         self.consumed_samples = 0
         self.skips: list[tuple[int, int]] = []
         self.last_batch: int | None = None
         self._generation = 0
+
+    # -- verification --------------------------------------------------------------------------------------------
+
+    def _verifier(self) -> FileVerifier:
+        """A background check of every file of a stream that is served (weight above 0): one group per token file,
+        its ``.bin`` and ``.idx`` together."""
+        groups, self._group_base, unrecorded = [], [], []
+        for stream in self.streams:
+            self._group_base.append(len(groups))
+            served = self.weights[stream.name] > 0
+            for f in stream.files:
+                checks = [Check(Path(f"{f.prefix}{ext}"), sha) for ext, sha in ((".bin", f.sha256),
+                                                                                  (".idx", f.idx_sha256)) if sha]
+                if served and not f.sha256:
+                    unrecorded.append(f"{f.prefix}.bin")
+                groups.append(checks if served else [])
+        if unrecorded:
+            log.warning("%d token files have no sha256 in their tokens.json and are not verified (first: %s); "
+                        "rerun the tokenize stage to record them", len(unrecorded), unrecorded[0])
+        # Each rank starts at another file: with the node's markers and locks, the ranks of a node hash in parallel.
+        first = len(groups) * self.layout.rank // max(1, self.layout.world_size)
+        return FileVerifier(groups, cache_dir(), first).start()
+
+    def _verify(self, first: int, count: int) -> None:
+        """Block until every file that global positions ``[first, first + count)`` read is verified."""
+        verifier = self.verifier
+        if verifier is None or verifier.done:
+            return
+        where = self.order.locate(np.arange(first, first + count, dtype=np.int64))
+        needed = set()
+        for s, sample in zip(where.stream.tolist(), where.sample.tolist()):
+            stream, start = self.streams[s], sample * self.seq_len
+            lo, hi = np.searchsorted(stream._starts, [start, start + self.seq_len], side="right") - 1
+            needed.update(range(self._group_base[s] + int(lo), self._group_base[s] + int(hi) + 1))
+        verifier.require(needed)
 
     # -- identity ------------------------------------------------------------------------------------------------
 
@@ -196,13 +238,9 @@ class TokenLoader:
             "datasets": self.paths,
         }
 
-    def load_state_dict(self, state: dict[str, Any], allow: Sequence[str] = ()) -> None:
-        """Continue exactly where ``state`` stopped, or raise ResumeError naming what differs.
-
-        ``allow`` may hold ``"data"`` and/or ``"weights"``: then changed data or weights are accepted and the run
-        continues at the same global position of the *new* order (no sample is replayed or skipped on purpose, but
-        which samples follow is not what the old data would have given).
-        """
+    def check_state_dict(self, state: dict[str, Any], allow: Sequence[str] = ()) -> None:
+        """Raise ResumeError naming what differs if ``load_state_dict(state, allow)`` would; change nothing. A
+        trainer calls it before reading any tensor of a checkpoint."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ResumeError(f"not a TokenLoader state of version {STATE_VERSION}: "
                               f"{state.get('version') if isinstance(state, dict) else type(state).__name__}")
@@ -211,10 +249,8 @@ class TokenLoader:
                           ("shuffle", self.order.shuffle)):
             if state.get(key) != mine:
                 problems.append(f"{key} {state.get(key)!r} -> {mine!r}")
-        if state["data"]["fingerprint"] != self._digest(self.data_fingerprints()) and "data" not in allow:
-            old, new = state["data"]["streams"], self.data_fingerprints()
-            changed = [f"{n}: {'added' if n not in old else 'removed' if n not in new else 'files changed'}"
-                       for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n)]
+        changed = self.data_changes(state)
+        if changed and "data" not in allow:
             problems.append("data changed (" + "; ".join(changed) + "); pass allow=('data',) to continue anyway")
         if state["weights"]["fingerprint"] != self._digest(self.slots()) and "weights" not in allow:
             old, new = state["weights"]["slots"], self.slots()
@@ -236,6 +272,25 @@ class TokenLoader:
                             "resume with that world size and micro-batch size, or save at a global-batch boundary")
         if problems:
             raise ResumeError("cannot resume this loader: " + "; ".join(problems))
+
+    def data_changes(self, state: dict[str, Any]) -> list[str]:
+        """Each stream added, removed or changed since ``state`` (``"alpha: files changed"``); empty when the data
+        are the same. Data are known by content (file names, token counts, sha256), not by where they are."""
+        if state["data"]["fingerprint"] == self._digest(self.data_fingerprints()):
+            return []
+        old, new = state["data"]["streams"], self.data_fingerprints()
+        return [f"{n}: {'added' if n not in old else 'removed' if n not in new else 'files changed'}"
+                for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n)]
+
+    def load_state_dict(self, state: dict[str, Any], allow: Sequence[str] = ()) -> None:
+        """Continue exactly where ``state`` stopped, or raise ResumeError naming what differs.
+
+        ``allow`` may hold ``"data"`` and/or ``"weights"``: then changed data or weights are accepted and the run
+        continues at the same global position of the *new* order (no sample is replayed or skipped on purpose, but
+        which samples follow is not what the old data would have given).
+        """
+        self.check_state_dict(state, allow)
+        consumed, skips = int(state["consumed_samples"]), merge_ranges(tuple(r) for r in state.get("skip", []))
         if state["world_size"] != self.layout.world_size or state["micro_batch_size"] != self.micro_batch_size:
             log.info("elastic resume: world_size %d -> %d, micro_batch_size %d -> %d at sample %d",
                      state["world_size"], self.layout.world_size, state["micro_batch_size"], self.micro_batch_size,
@@ -255,10 +310,12 @@ class TokenLoader:
 
     def micro_batch(self, k: int, m: int) -> dict[str, torch.Tensor]:
         """Micro-batch m of global batch k for this rank, computed directly (no state involved)."""
+        self._verify(self.layout.first_position(k, m), self.micro_batch_size)
         return as_batch(*self._plan.micro_batch(k, m))
 
     def global_batch(self, k: int) -> torch.Tensor:
         """All samples of global batch k, every rank's (LongTensor[global_batch_size, seq_len + 1])."""
+        self._verify(k * self.global_batch_size, self.global_batch_size)
         tokens, _ = self._plan.samples(k * self.global_batch_size, self.global_batch_size)
         return torch.from_numpy(tokens)
 
@@ -310,6 +367,8 @@ class _Iterator:
         want = next(self._expected)
         if (k, m) != want:
             raise RuntimeError(f"loader worker returned batch {k}/{m}, expected {want[0]}/{want[1]}")
+        # Built ahead (maybe by a worker) from files not yet verified: handed out only once they are.
+        loader._verify(loader.layout.first_position(k, m), loader.micro_batch_size)
         # Counted here, in the main process, as the batch is handed out: prefetching never advances the state.
         loader.consumed_samples = loader.layout.consumed_after(k, m)
         loader.last_batch = k

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenmill.errors import TokenmillError
 from tokenmill.tokenize.indexed import IndexedReader
 
 OPEN_FILES = 128
 
 
-class DataError(ValueError):
+class DataError(TokenmillError, ValueError):
     """The token data on disk is missing, malformed, or disagrees with its `tokens.json`."""
 
 
@@ -32,6 +33,9 @@ class TokenFile:
     tokens: int
     documents: int
     sha256: str
+    """Of the ``.bin``, as `tokens.json` records it (part of the stream's fingerprint)."""
+    idx_sha256: str = ""
+    """Of the ``.idx``, as recorded ("" when the index has none)."""
 
 
 @dataclass
@@ -193,8 +197,9 @@ def load_streams(paths: list[str | Path], split: str) -> tuple[list[TokenStream]
             if not prefix or prefix.startswith(("/", "\\")) or ".." in prefix.replace("\\", "/").split("/"):
                 # An edited index must not make the loader read files outside the tokenize folder.
                 raise DataError(f"{path}: file prefix {prefix!r:.200} is not a path inside {path.parent}")
+            hashes = entry.get("sha256") or {}
             f = TokenFile(path.parent / prefix, int(entry["tokens"]), int(entry["documents"]),
-                          entry.get("sha256", {}).get(".bin", ""))
+                          str(hashes.get(".bin", "")), str(hashes.get(".idx", "")))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
             name = source if len(paths) == 1 else f"{d}/{source}"

@@ -17,7 +17,9 @@ class DataConfig(StrictModel):
     """One `tokens.json` and its share of the mixture."""
 
     path: str
-    """A `tokens.json`, or a run folder (its `tokenize/tokens.json` is used)."""
+    """A `tokens.json`, or a run folder (its `tokenize/tokens.json` is used); relative to the config file's folder.
+    Only where the data is: a checkpoint knows its data by content (the loader's fingerprints), so the same files
+    moved or copied elsewhere resume."""
     weight: float = Field(default=1.0, ge=0)
     """Share of this dataset in the mixture (split among its sources by their samples)."""
 
@@ -84,8 +86,12 @@ class TrainConfig(StrictModel):
     seed: int = 0
     """Fixes the initial weights, the data order and dropout (per step, micro-batch and rank)."""
     output: str
-    """Checkpoints, metrics.jsonl, events.jsonl and the resolved config; a run whose output holds a checkpoint
-    resumes from it."""
+    """Checkpoints, metrics.jsonl, events.jsonl and the resolved config (relative to the config file's folder); a
+    run whose output holds a checkpoint resumes from it."""
+    allow_data_change: bool = False
+    """Resume from a checkpoint whose data differ (``--allow-data-change``): the run goes on at the same global
+    position of the new data's order, with a warning and a ``data_change`` event in events.jsonl. Off, changed data
+    stop the run before any tensor is read, naming each stream that changed."""
     checkpoint_every: int = Field(default=100, gt=0)
     """Steps between checkpoints (and one at the last step)."""
     keep_checkpoints: int = Field(default=3, gt=0)
@@ -160,7 +166,8 @@ def _key_path(loc: tuple[Any, ...]) -> str:
 
 
 def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainConfig:
-    """Validate a mapping; relative paths (data, output) are taken from ``base_dir``. Raises ConfigError."""
+    """Validate a mapping; relative paths (data, output) are taken from ``base_dir`` (made absolute, so the resolved
+    config, which a checkpoint keeps, does not depend on the working directory). Raises ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError("invalid train config: the top level must be a mapping (data, model, steps, ...)")
     try:
@@ -168,7 +175,7 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
     except ValidationError as err:
         lines = [f"  {_key_path(e['loc'])}: {e['msg']}" for e in err.errors()]
         raise ConfigError("invalid train config:\n" + "\n".join(lines)) from None
-    base = Path(base_dir)
+    base = Path(base_dir).resolve()
     fix = lambda p: p if Path(p).is_absolute() else str(base / p)  # noqa: E731
     config = config.model_copy(update={"output": fix(config.output),
                                        "data": [d.model_copy(update={"path": fix(d.path)}) for d in config.data]})
@@ -180,7 +187,10 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
 
 
 def load_train_config(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read YAML (safe_load only) and validate; ``overrides`` replace top-level keys (command-line flags)."""
+    """Read YAML (safe_load only) and validate; ``overrides`` replace top-level keys (command-line flags).
+
+    Relative paths are taken from the config file's folder, as in a pipeline config, never from the working
+    directory."""
     import yaml
 
     try:

@@ -28,7 +28,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from tokenmill.errors import TokenmillError
-from tokenmill.loader import DataError, TokenLoader
+from tokenmill.loader import DataError, ResumeError, TokenLoader
 from tokenmill.loader.batches import next_served, parse_ranges
 from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
 from tokenmill.train.config import TrainConfig
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 KILL_AFTER_STEP_ENV = "TOKENMILL_KILL_AFTER_STEP"
 # Config keys a resumed run may change without changing what it computes.
 RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "num_workers",
-                     "log_every", "peak_tflops", "guard", "output", "compile"}
+                     "log_every", "peak_tflops", "guard", "output", "compile", "allow_data_change"}
 
 
 def dropout_seed(seed: int, step: int, micro: int, rank: int) -> int:
@@ -52,6 +52,14 @@ def dropout_seed(seed: int, step: int, micro: int, rank: int) -> int:
     them share a stream whatever the run's length, accumulation or world size."""
     key = f"tokenmill.train.dropout:{seed}:{step}:{micro}:{rank}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1  # manual_seed: < 2**63
+
+
+def _without_data_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config with each dataset reduced to its weight (where the data is does not matter)."""
+    data = config.get("data")
+    if not isinstance(data, list):
+        return config
+    return {**config, "data": [d.get("weight") if isinstance(d, dict) else d for d in data]}
 
 
 def padded_vocab(vocab_size: int) -> int:
@@ -164,15 +172,20 @@ class Trainer:
     # -- resume ----------------------------------------------------------------------------------------------------
 
     def _resume(self) -> int:
-        # The config is compared before any tensor is read: a changed model is named, not a shape mismatch.
+        # The config and the data are compared before any tensor is read: a changed model is named, not a shape
+        # mismatch, and changed data are named by stream.
         for info in self.checkpoints.checkpoints():
             self._check_config(info.step, info.meta.get("extra", {}).get("config", {}))
+        newest = self.checkpoints.latest(verify=False)
+        if newest is not None:
+            self._check_loader(newest.step, newest.meta.get("extra", {}).get("loader"))
         loaded = self.checkpoints.load(self._app_state())
         if loaded is None:
             self.tokens_seen = 0
             return 0
         extra = loaded.extra
-        self.loader.load_state_dict(extra["loader"])
+        allow = self._check_loader(loaded.step, extra["loader"], record=True)
+        self.loader.load_state_dict(extra["loader"], allow=allow)
         self.guard.load_state_dict(extra["guard"])
         self.tokens_seen = int(extra.get("tokens_seen", 0))
         dropped = self.metrics.truncate_after(loaded.step)
@@ -180,8 +193,44 @@ class Trainer:
                      "healthy": loaded.healthy, "metrics_rows_dropped": dropped, "world_size": self.d.world_size})
         return loaded.step
 
+    def _check_loader(self, step: int, state: dict[str, Any] | None, record: bool = False) -> tuple[str, ...]:
+        """The checkpoint's loader state against this run's data and layout; what ``load_state_dict`` must allow.
+
+        Changed data stop the run, naming each stream and the flag, unless ``allow_data_change`` is set: then the
+        mixture follows the new data too (the configured weights were compared with the config), a warning is
+        printed and, with ``record``, a ``data_change`` event is written."""
+        try:
+            changes = self.loader.data_changes(state) if isinstance(state, dict) and "data" in state else []
+        except (KeyError, TypeError):
+            changes = []
+        if changes and not self.cfg.allow_data_change:
+            raise TokenmillError(f"the data changed since the checkpoint at step {step} in {self.out}: "
+                                 f"{'; '.join(changes)}. To go on at the same position of the new data's order "
+                                 "(not what the old data would have given), rerun with --allow-data-change or set "
+                                 "allow_data_change: true; or restore the data, or use another output")
+        allow = ("data", "weights") if changes else ()
+        try:
+            self.loader.check_state_dict(state, allow)
+        except ResumeError as err:
+            raise TokenmillError(f"{self.out} holds a checkpoint (step {step}) that this run cannot continue: "
+                                 f"{err}") from None
+        if changes and record:
+            self._warn(f"DATA CHANGED since the checkpoint at step {step}: {'; '.join(changes)}. Continuing at "
+                       f"sample {state['consumed_samples']} of the new data's order, as allow_data_change asks; the "
+                       "samples from here are not those the old data would have given")
+            self._event({"step": step, "action": "data_change", "changes": changes,
+                         "consumed_samples": state["consumed_samples"],
+                         "data": {"before": state["data"], "after": self.loader.state_dict()["data"]},
+                         "weights": {"before": state["weights"]["slots"], "after": self.loader.slots()},
+                         "datasets": {"before": state.get("datasets"), "after": self.loader.paths}})
+        return allow
+
     def _check_config(self, step: int, old: dict[str, Any]) -> None:
-        new = json.loads(self.cfg.model_dump_json())
+        # Data are known by content: the loader's fingerprints (``_check_loader``) compare them, so the same files
+        # under another path (another working directory, a copy) resume. Only the dataset weights are compared here.
+        old, new = _without_data_paths(old), _without_data_paths(json.loads(self.cfg.model_dump_json()))
+        if self.cfg.allow_data_change and len(old.get("data") or []) != len(new["data"]):
+            old = {**old, "data": new["data"]}  # datasets added or removed: a data change, which this run allows
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
         if changed:
             raise TokenmillError(f"{self.out} holds a checkpoint (step {step}) of a run with another "
@@ -273,7 +322,10 @@ class Trainer:
         self.checkpoints.discard_after(loaded.step)
         # The steps after the checkpoint (the spike's included) were undone: their rows say so.
         self.metrics.mark_after(loaded.step, "rolled_back")
-        self.loader.load_state_dict(loaded.extra["loader"])
+        # A checkpoint from before a data change that a resume accepted (every resume checks its checkpoint, so an
+        # older one on other data means the change was accepted): the same position of the current data.
+        state = loaded.extra["loader"]
+        self.loader.load_state_dict(state, allow=("data", "weights") if self.loader.data_changes(state) else ())
         skipped = self.upcoming_batches(plan.skip_from - loaded.step - 1, plan.skip_batches)
         if skipped:
             self.loader.skip([(k, k) for k in skipped])

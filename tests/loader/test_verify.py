@@ -1,0 +1,139 @@
+"""Token files are checked against the sha256 in tokens.json before a batch uses them (tokenmill.loader.verify)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenmill.loader import DataError, TokenLoader
+from tokenmill.loader import verify
+from tests.loader.tokens import labelled_docs, write_dataset
+
+SEQ = 16
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    rng = np.random.default_rng(0)
+    return write_dataset(tmp_path / "d", {"alpha": labelled_docs(80, rng), "beta": labelled_docs(40, rng, 500)},
+                         files_per_source=3)
+
+
+def _flip_two_bytes(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[10] ^= 0x01
+    raw[len(raw) // 2] ^= 0x40
+    path.write_bytes(bytes(raw))  # same size: token counts and the .idx still agree
+
+
+def _epoch(loader: TokenLoader) -> int:
+    return sum(s.samples(SEQ) for s in loader.streams) // loader.global_batch_size + 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_flipped_bytes_stop_the_first_batch_that_reads_the_file(data, workers):
+    bad = data.parent / "train" / "alpha.0001.bin"
+    _flip_two_bytes(bad)
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=4, num_workers=workers)
+    it = iter(loader)
+    with pytest.raises(DataError, match=r"train/alpha\.0001\.bin: sha256 .* differs from .* recorded in tokens\.json"):
+        for _ in range(_epoch(loader)):
+            next(it)
+    # Direct access (validation batches, attribution of a whole batch) is refused alike.
+    with pytest.raises(DataError, match=r"alpha\.0001\.bin"):
+        for k in range(_epoch(loader)):
+            loader.global_batch(k)
+
+
+def test_a_batch_is_handed_out_only_once_its_files_are_verified(data, monkeypatch):
+    """The background thread is slowed to 0.5 s per file: the first batch comes long before it is done, and every
+    file that batch reads was hashed first (by the caller, since the thread had not reached it)."""
+    hashed: list[str] = []
+    real = verify.file_sha256
+
+    def slow(path):
+        if threading.current_thread().name == "tokenmill-verify":
+            time.sleep(0.5)
+        digest = real(path)
+        hashed.append(Path(path).name)
+        return digest
+
+    monkeypatch.setattr(verify, "file_sha256", slow)
+    monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, "off")
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=4, seed=3)
+    next(iter(loader))
+    where = loader.order.locate(np.arange(4))
+    used = set()
+    for s, sample in zip(where.stream.tolist(), where.sample.tolist()):
+        stream = loader.streams[s]
+        lo, hi = np.searchsorted(stream._starts, [sample * SEQ, sample * SEQ + SEQ], side="right") - 1
+        used |= {stream.files[i].prefix.name + ".bin" for i in range(lo, hi + 1)}
+    assert used <= set(hashed), (used, hashed)
+    assert not loader.verifier.done  # the thread needs 3 s for the six files
+    loader.verifier.wait()
+    assert sorted(hashed) == sorted(p.name for p in (data.parent / "train").glob("*.bin"))  # each once
+
+
+def test_verified_files_are_remembered_per_node_until_they_change(data, tmp_path, monkeypatch):
+    monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, str(tmp_path / "cache"))
+    calls = []
+    real = verify.file_sha256
+    monkeypatch.setattr(verify, "file_sha256", lambda path: calls.append(Path(path).name) or real(path))
+    TokenLoader([data], seq_len=SEQ, global_batch_size=4).verifier.wait()
+    assert len(calls) == 6  # three .bin per source; write_dataset records no .idx hash
+    markers = [json.loads(p.read_text()) for p in (tmp_path / "cache").iterdir()]
+    assert len(markers) == 6 and all(m["sha256"] and m["bytes"] and m["path"].endswith(".bin") for m in markers)
+    calls.clear()
+    TokenLoader([data], seq_len=SEQ, global_batch_size=4).verifier.wait()
+    assert calls == []  # the markers of this node
+    # Corrupted with the same size, and its mtime put back: its ctime still moved, so it is hashed again.
+    bad = data.parent / "train" / "beta.0002.bin"
+    st = bad.stat()
+    _flip_two_bytes(bad)
+    os.utime(bad, ns=(st.st_atime_ns, st.st_mtime_ns))
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=4)
+    with pytest.raises(DataError, match=r"beta\.0002\.bin: sha256"):
+        loader.verifier.wait()
+    assert calls == ["beta.0002.bin"]
+
+
+def test_ranks_of_one_node_hash_a_file_once(data, tmp_path, monkeypatch):
+    """Four loaders at once (the ranks of a node) with one cache: each file is hashed by one of them."""
+    monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, str(tmp_path / "cache"))
+    calls = []
+    real = verify.file_sha256
+
+    def slow(path):
+        calls.append(Path(path).name)
+        time.sleep(0.05)
+        return real(path)
+
+    monkeypatch.setattr(verify, "file_sha256", slow)
+    loaders = [TokenLoader([data], seq_len=SEQ, global_batch_size=4, rank=r, world_size=4) for r in range(4)]
+    threads = [threading.Thread(target=lambda x=x: next(iter(x))) for x in loaders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for x in loaders:
+        x.verifier.wait()
+    assert sorted(calls) == sorted(set(calls)) and len(calls) == 6
+
+
+def test_files_without_a_recorded_hash_are_named_in_a_warning(tmp_path, caplog):
+    rng = np.random.default_rng(1)
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(20, rng)}, files_per_source=1)
+    index = json.loads(path.read_text())
+    del index["splits"]["train"]["files"][0]["sha256"]
+    path.write_text(json.dumps(index))
+    with caplog.at_level(logging.WARNING, logger="tokenmill.loader"):
+        loader = TokenLoader([path], seq_len=SEQ, global_batch_size=2)
+    assert any("no sha256" in r.getMessage() and "alpha.0000.bin" in r.getMessage() for r in caplog.records)
+    next(iter(loader))
