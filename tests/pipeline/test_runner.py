@@ -31,7 +31,7 @@ def tree(root: Path, sub: str = "") -> dict[str, str]:
     base = root / sub
     for path in sorted(base.rglob("*")):
         rel = str(path.relative_to(root))
-        if not path.is_file() or rel.startswith(("_logs", "_superseded")) or "/_work/" in f"/{rel}":
+        if not path.is_file() or rel.startswith(("_logs", "_superseded", "_lock")) or "/_work/" in f"/{rel}":
             continue
         if path.name == "manifest.json":
             out[rel] = hashlib.sha256(json.dumps(json.loads(path.read_text())["content"], sort_keys=True).encode()).hexdigest()

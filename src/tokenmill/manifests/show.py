@@ -17,7 +17,8 @@ from tokenmill.manifests.diff import load_manifest, stage_order, token_counts
 from tokenmill.manifests.manifest import MANIFEST, content_hash
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import digest
-from tokenmill.pipeline.resume import KEY_FILE, SUPERSEDED
+from tokenmill.pipeline.commit import damaged_files
+from tokenmill.pipeline.resume import KEY_FILE, SUPERSEDED, diff_values
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,10 @@ MISSING = "missing"
 """No folder now, but the runner moved one aside (`_superseded/`) when an earlier stage was recomputed."""
 INCONSISTENT = "inconsistent"
 """The manifest disagrees with itself (config hash, input hash in the key) or with the stage's key file."""
+CONFIG_CHANGED = "config changed"
+"""With `--config`: the stage's committed config differs from what the config file gives it now."""
+FILES_MISSING = "files missing"
+"""A file its completion records name is gone or has another size than committed (`tokenmill run` recomputes it)."""
 
 
 def _stage_folders(fs, root: str) -> dict[str, str]:
@@ -69,11 +74,14 @@ def _source_files(listing: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def check_stage(fs, root: str, stage: str, stage_dir: str, current: dict[str, str | None],
-                expected_files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                expected_files: list[dict[str, Any]] | None = None,
+                expected_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """One stage's row: counts, tokens, hashes, time, and whether its recorded input is what is on disk now.
 
     `current` maps each stage name to its manifest's content hash now (None: no manifest). `expected_files`,
-    when given, is ingest's input listing as the config's sources give it now.
+    when given, is ingest's input listing as the config's sources give it now; `expected_config` the stage's
+    identity as the config file gives it now. Every file the stage's completion records name must be there with
+    its committed size.
     """
     manifest = load_manifest(fs, stage_dir) if storage.exists(fs, storage.join(stage_dir, MANIFEST)) else None
     key_file = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
@@ -122,6 +130,17 @@ def check_stage(fs, root: str, stage: str, stage_dir: str, current: dict[str, st
                         f"has not completed")
     if problems and status == OK:
         status = INCONSISTENT
+    if expected_config is not None and digest(expected_config) != content["config_hash"]:
+        changes = diff_values(content["config"], expected_config)
+        problems.append(f"its committed config differs from the config file's ({'; '.join(changes[:5])}"
+                        f"{'; ...' if len(changes) > 5 else ''}): rerun it, `tokenmill run CONFIG --stage {stage}`, "
+                        f"and the stages after it (or `tokenmill run CONFIG`)")
+        status = CONFIG_CHANGED if status == OK else status
+    damaged = damaged_files(fs, stage_dir, key) if key else []
+    if damaged:
+        problems.append(f"{len(damaged)} committed file(s) missing or changed in size ({', '.join(damaged[:3])}"
+                        f"{', ...' if len(damaged) > 3 else ''}): `tokenmill run CONFIG` recomputes them")
+        status = FILES_MISSING if status == OK else status
     totals = content["totals"]
     tokens = token_counts(fs, stage_dir, content) if stage == "tokenize" else None
     return {
@@ -162,8 +181,8 @@ def _listing_change(recorded: list[dict[str, Any]], now: list[dict[str, Any]]) -
 def show_run(run: str, config_path: str | None = None) -> dict[str, Any]:
     """Every stage of a run in pipeline order, its lineage check, and documents per source after each stage.
 
-    With `config_path`, ingest's recorded source files are also checked against what the config's sources list now.
-    """
+    With `config_path`, ingest's recorded source files are also checked against what the config's sources list now,
+    and every stage's committed config against what the config file gives it (status `config changed`)."""
     fs, root = storage.filesystem_for(str(run))
     root = root.rstrip("/") or "/"
     folders = _stage_folders(fs, root)
@@ -172,11 +191,14 @@ def show_run(run: str, config_path: str | None = None) -> dict[str, Any]:
         if storage.exists(fs, storage.join(folder, MANIFEST)):
             current[stage] = content_hash(load_manifest(fs, folder)["content"])
     expected_files = None
+    expected_configs: dict[str, Any] = {}
     if config_path is not None:
         from tokenmill.pipeline.config import load_config
         from tokenmill.pipeline.registry import build_stages
 
-        expected_files = build_stages(load_config(config_path))[0].input_listing()
+        built = build_stages(load_config(config_path))
+        expected_files = built[0].input_listing()
+        expected_configs = {s.name: s.identity() for s in built}
     superseded = _superseded(fs, root)
     moved = {stage: entry["time"] for entry in superseded for stage in entry["stages"] if stage not in folders}
     rows = []
@@ -186,7 +208,8 @@ def show_run(run: str, config_path: str | None = None) -> dict[str, Any]:
                          "problems": [f"moved to {SUPERSEDED}/{moved[stage]} when an earlier stage was recomputed, "
                                       f"and not run since"]})
             continue
-        rows.append(check_stage(fs, root, stage, folders[stage], current, expected_files if stage == "ingest" else None))
+        rows.append(check_stage(fs, root, stage, folders[stage], current, expected_files if stage == "ingest" else None,
+                                expected_configs.get(stage)))
     # A stage downstream of a broken link inherits it: its own input matches, but that input is built on stale data.
     broken = {r["stage"] for r in rows if r["status"] in (STALE, INPUT_MISSING, INCOMPLETE)}
     for row in rows:

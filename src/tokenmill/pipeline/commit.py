@@ -97,3 +97,31 @@ def committed_record(fs: pafs.FileSystem, stage_dir: str, phase: str, task_key: 
         if storage.file_size(fs, storage.join(stage_dir, f["path"])) != f["bytes"]:
             return None
     return record
+
+
+def damaged_files(fs: pafs.FileSystem, stage_dir: str, stage_key: dict) -> list[str]:
+    """Files that committed records of this key name but that are gone or of another size, as `path (why)`.
+
+    "Up to date" means these all exist with their recorded sizes; a task whose file is damaged is run again.
+    (Sizes, not sha256: hashing every committed byte on every rerun would cost as much as reading the run.)
+    """
+    from tokenmill.manifests.manifest import unsafe_path
+
+    damaged = []
+    for phase_dir in fs.get_file_info(pafs.FileSelector(storage.join(stage_dir, "_work", "commits"),
+                                                        recursive=False, allow_not_found=True)):
+        if phase_dir.type != pafs.FileType.Directory:
+            continue
+        for path in storage.list_files(fs, phase_dir.path, ".json"):
+            record = storage.read_json(fs, path)
+            if not isinstance(record, dict) or record.get("key") != stage_key:
+                continue
+            for f in record.get("files") or []:
+                if unsafe_path(f.get("path")) is not None:
+                    damaged.append(f"{f.get('path')!r:.200} ({unsafe_path(f.get('path'))}; the record was edited)")
+                    continue
+                size = storage.file_size(fs, storage.join(stage_dir, f["path"]))
+                if size != f["bytes"]:
+                    why = "missing" if size is None else f"{size} bytes, committed {f['bytes']}"
+                    damaged.append(f"{f['path']} ({why})")
+    return sorted(damaged)

@@ -9,11 +9,10 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config_base import StageConfig, StrictModel
+from tokenmill.pipeline.config_base import StageConfig, StrictModel, load_yaml
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.dedup.config import DedupConfig
@@ -43,7 +42,9 @@ class SourceConfig(StrictModel):
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
     """Share of documents the `sample` stage keeps, in (0, 1]. Upsampling is the loader's job."""
     language: str = "en"
-    """Language of the source (ISO 639-1 such as `en`, `zh`), or `any`: what clean expects, and what stages use when none detected one."""
+    """Language of the source (ISO 639-1 such as `en`, `zh`), or `any`: what clean expects, and what stages use when none detected one.
+    Checked against the language identifier's codes, case-insensitively; a region or script is dropped (`en-US` is
+    `en`); a name (`english`) is refused with the code to write."""
     encoding: str = "utf-8"
     """Text encoding: `utf-8`, a codec name (`gb18030`, `cp1252` ...), or `auto` (UTF-8 when valid, else detected per record)."""
     max_window_log: int = Field(default=27, ge=10, le=31)
@@ -68,6 +69,13 @@ class SourceConfig(StrictModel):
         if value not in READERS:
             raise ValueError(f"unknown format {value!r}; known: {', '.join(sorted(READERS))}")
         return value
+
+    @field_validator("language")
+    @classmethod
+    def _language_known(cls, value: str) -> str:
+        from tokenmill.stages.clean.langid import canonical_language
+
+        return canonical_language(value)
 
     @field_validator("encoding")
     @classmethod
@@ -143,9 +151,11 @@ class RunConfig(StrictModel):
     """A whole run: sources, stages and where they write."""
 
     output: str
-    """Run folder; every stage writes `<output>/<stage>/`. Relative to the config file's folder."""
-    seed: int = 0
-    """Seed of every random choice (keyed hashes), so reruns choose the same documents."""
+    """Run folder; every stage writes `<output>/<stage>/`. Relative to the config file's folder. Like every path
+    in the config, `~` and environment variables (`$HOME/run`, `${SCRATCH}/run`) are expanded when it is loaded."""
+    seed: StrictInt = 0
+    """Seed of every random choice (keyed hashes), so reruns choose the same documents. An integer: `true` or
+    `"5"` is refused, not taken as 1 or 5."""
     sources: list[SourceConfig] = Field(min_length=1)
     """The input sources."""
     ingest: IngestConfig = IngestConfig()
@@ -167,8 +177,9 @@ class RunConfig(StrictModel):
         return self
 
     def resolve(self, path: str) -> Path:
-        """A config path made absolute against the config file's folder."""
-        p = Path(os.path.expanduser(path))
+        """A config path made absolute against the config file's folder (`~` and `$VAR` were expanded by
+        `parse_config`, see `PATH_FIELDS`)."""
+        p = Path(path)
         return p if p.is_absolute() else Path(self.base_dir) / p
 
     @property
@@ -202,10 +213,95 @@ def format_validation_error(err: ValidationError) -> str:
     return "invalid config:\n" + "\n".join(lines)
 
 
+PATH_FIELDS = (
+    "output",
+    "sources[].paths[]",
+    "sources[].root",
+    "stages.clean.blocklist",
+    "stages.decontaminate.evalsets[].path",
+    "stages.tokenize.tokenizer",
+    "stages.tokenize.tokenizer.encoder",
+    "stages.tokenize.tokenizer.merges",
+)
+"""Every config field that names a file or folder (`name[]`: each item of a list). `parse_config` expands `~` and
+environment variables in each before validation, so the validated config, every stage that opens these files and
+the config dumped beside the output all hold the same expanded path."""
+
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def expand_path(value: str) -> str:
+    """`~` or `~user` at the start, then `$NAME` and `${NAME}` anywhere, expanded as a shell would.
+
+    Raises ValueError for a variable that is not set or is empty (`$UNSET/run` must not become a folder named
+    `$UNSET`, nor `/run`), and for a `~user` with no home folder.
+    """
+    out = value
+    if out.startswith("~"):
+        head, sep, tail = out.partition("/")
+        home = os.path.expanduser(head)
+        if home == head:
+            raise ValueError(f"{value!r}: {head!r} is no user's home folder; write the folder out")
+        out = home + sep + tail
+        start = len(home + sep)
+    else:
+        start = 0
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        found = os.environ.get(name)
+        if found is None:
+            raise ValueError(f"{value!r} names the environment variable ${name}, which is not set; set it, or write "
+                             f"the path out")
+        if not found:
+            raise ValueError(f"{value!r} names the environment variable ${name}, which is empty; set it, or write "
+                             f"the path out")
+        return found
+
+    return out[:start] + _VARIABLE.sub(variable, out[start:])
+
+
+def _expand_fields(node: Any, steps: list[str], key: str, problems: list[str]) -> Any:
+    """`node` with the strings that `steps` reach expanded; problems named by key; any other shape is left for
+    validation to report."""
+    if not steps:
+        if not isinstance(node, str):
+            return node
+        try:
+            return expand_path(node)
+        except ValueError as err:
+            problems.append(f"  {key}: {err}")
+            return node
+    name, each = steps[0].removesuffix("[]"), steps[0].endswith("[]")
+    if not isinstance(node, dict) or name not in node:
+        return node
+    child, where = node[name], f"{key}.{name}" if key else name
+    if each and isinstance(child, list):
+        child = [_expand_fields(item, steps[1:], f"{where}[{i}]", problems) for i, item in enumerate(child)]
+    elif not each:
+        child = _expand_fields(child, steps[1:], where, problems)
+    return {**node, name: child}
+
+
+def expand_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a config mapping with `~` and environment variables expanded in every `PATH_FIELDS` entry;
+    raises ConfigError naming each path whose variable is unset or empty."""
+    problems: list[str] = []
+    for field in PATH_FIELDS:
+        data = _expand_fields(data, field.split("."), "", problems)
+    if problems:
+        raise ConfigError("invalid config:\n" + "\n".join(problems))
+    return data
+
+
 def parse_config(data: Any, base_dir: str | os.PathLike = ".") -> RunConfig:
-    """Validate a config mapping; raises ConfigError naming each bad key."""
+    """Validate a config mapping; raises ConfigError naming each bad key.
+
+    `~` and environment variables in paths are expanded first (`expand_paths`); relative paths are then taken
+    from `base_dir`."""
     if not isinstance(data, dict):
         raise ConfigError("invalid config: the top level must be a mapping (output, seed, sources, stages)")
+    data = expand_paths(data)
     try:
         config = RunConfig.model_validate({**data, "base_dir": str(Path(base_dir).resolve())})
     except ValidationError as err:
@@ -215,17 +311,14 @@ def parse_config(data: Any, base_dir: str | os.PathLike = ".") -> RunConfig:
 
 
 def load_config(path: str | os.PathLike) -> RunConfig:
-    """Read and validate a YAML config (safe_load only); relative paths are taken from its folder."""
+    """Read and validate a YAML config (safe_load only, a key written twice refused); relative paths are taken
+    from its folder."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config {path} is not valid YAML: {err}") from None
-    return parse_config(data, path.parent)
+    return parse_config(load_yaml(text, str(path)), path.parent)
 
 
 def check_paths(config: RunConfig) -> None:
@@ -234,7 +327,8 @@ def check_paths(config: RunConfig) -> None:
     Source patterns must each match a file; what a pattern matches must be readable files inside the folder the
     pattern starts from (a broken symlink or a symlink loop among the matches, a `**` walk through a symlink to
     one of its own ancestors, or a match that is a symlink to a file outside that folder is an error, so no file
-    is read from outside the configured paths); the tokenizer files must exist and load.
+    is read from outside the configured paths); no file may be matched by two sources (`_overlap_problems`); the
+    tokenizer files must exist and load.
     """
     problems = []
     for i, source in enumerate(config.sources):
@@ -247,6 +341,8 @@ def check_paths(config: RunConfig) -> None:
                 problems.append(f"  {key}: {pattern!r} matches no file (looked in {config.base_dir})")
         if source.root is not None and not config.resolve(source.root).is_dir():
             problems.append(f"  sources[{i}].root: {source.root!r} is not a folder")
+    if not problems:  # never glob a pattern found unsafe (a `**` through a symlink loop lists names without end)
+        problems += _overlap_problems(config)
     clean = config.stages.clean
     if clean is not None and clean.blocklist is not None and not config.resolve(clean.blocklist).is_file():
         problems.append(f"  stages.clean.blocklist: {clean.blocklist!r} is not a file (looked in {config.base_dir})")
@@ -256,8 +352,36 @@ def check_paths(config: RunConfig) -> None:
             problems.append(f"  stages.decontaminate.evalsets[{i}].path: {evalset.path!r} is not a file "
                             f"(looked in {config.base_dir})")
     problems += _tokenizer_problems(config)
+    from tokenmill.pipeline.runfolder import output_problems  # the output folder and sources that reach into it
+
+    problems += output_problems(config)
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
+
+
+def _overlap_problems(config: RunConfig) -> list[str]:
+    """Files that the patterns of two sources both match, one problem per pair of sources.
+
+    Refused rather than given to the first source that claims them: which source a file belongs to decides its
+    reader, encoding, language, fraction and ids, so "the first in config order wins" would let a reordering of
+    `sources` silently change how files are read (a broad `data/**/*.jsonl` declared before `data/zh/*.jsonl`
+    would take the Chinese files as English), and a warning in a worker's log is easy to miss. Read by both, the
+    documents would be ingested twice. Overlap inside one source is harmless (its files are listed once).
+    """
+    owner: dict[Path, int] = {}
+    shared: dict[tuple[int, int], list[Path]] = {}
+    for i, source in enumerate(config.sources):
+        for f in sorted({m.resolve() for pattern in source.paths for m in expand_pattern(config, pattern)}):
+            first = owner.setdefault(f, i)
+            if first != i:
+                shared.setdefault((first, i), []).append(f)
+    problems = []
+    for (first, i), files in shared.items():
+        a, b = config.sources[first].name, config.sources[i].name
+        problems.append(f"  sources[{i}].paths: {len(files)} file(s) of source {b!r} are also matched by source "
+                        f"{a!r} (sources[{first}]), e.g. {files[0]}; each would be read twice. Narrow the patterns "
+                        f"so that every file belongs to one source")
+    return problems
 
 
 def _tokenizer_problems(config: RunConfig) -> list[str]:

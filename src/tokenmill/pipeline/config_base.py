@@ -2,13 +2,85 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import types
+import typing
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+from tokenmill.errors import ConfigError
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader (no tags beyond YAML's own), refusing a key written twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word, so `seed: 1` ... `seed: 2` would run with seed 2 and
+    a second `stages:` block would replace the first whole. A key that a merge (`<<: *defaults`) brings in may be
+    overridden: that is what merges are for.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:
+                continue  # an unhashable key: SafeLoader reports it
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"key {key!r} appears twice in one mapping (first on line {first.start_mark.line + 1}); "
+                    f"YAML would keep only the last: remove one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """Parse a config file's text: `yaml.safe_load`, with keys written twice refused. Raises ConfigError naming
+    `where` (the file) and the line."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config {where} is not valid YAML: {err}") from None
+
+
+def _takes_number_not_bool(annotation: Any) -> bool:
+    """True for `int`, `float`, and unions or constrained forms of them that do not also take `bool`."""
+    args: set[Any] = set()
+    stack = [annotation]
+    while stack:
+        ann = stack.pop()
+        origin = typing.get_origin(ann)
+        if origin is typing.Annotated:
+            stack.append(typing.get_args(ann)[0])
+        elif origin in (typing.Union, types.UnionType):
+            stack.extend(typing.get_args(ann))
+        else:
+            args.add(ann)
+    return bool(args & {int, float}) and bool not in args and Any not in args
 
 
 class StrictModel(BaseModel):
-    """A config block: unknown keys are errors, values are immutable once validated."""
+    """A config block: unknown keys are errors, values are immutable once validated.
+
+    A YAML `true` or `false` given for a number is an error too: pydantic would take it as 1 or 0 (`seed: true`
+    would be seed 1, `workers: true` one worker).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and _takes_number_not_bool(field.annotation):
+                raise ValueError(f"{str(value).lower()} is a boolean, not a number (it would be taken as "
+                                 f"{int(value)}); write the number you mean")
+        return value
 
 
 class StageConfig(StrictModel):

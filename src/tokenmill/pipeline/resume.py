@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any, Sequence
 
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
+
+log = logging.getLogger(__name__)
 
 KEY_FILE = "_work/key.json"
 SUPERSEDED = "_superseded"
@@ -48,8 +51,22 @@ def explain_change(previous: dict[str, Any], identity: dict[str, Any], key: dict
 
 
 def supersede(fs, root: str, stages: Sequence[str]) -> str | None:
-    """Move the output of these stages aside (never delete, never mix); returns where they went."""
-    present = [s for s in stages if storage.exists(fs, storage.join(root, s))]
+    """Move the output of these stages aside (never delete, never mix); returns where they went.
+
+    Only a folder tokenmill made (`runfolder.stage_is_ours`) moves: a folder of the same name that someone else
+    put in the run folder stays where it is (the runner refuses one of a configured stage before any work).
+    """
+    from tokenmill.pipeline.runfolder import stage_is_ours
+
+    present = []
+    for s in stages:
+        folder = storage.join(root, s)
+        if not storage.exists(fs, folder):
+            continue
+        if stage_is_ours(fs, folder):
+            present.append(s)
+        else:
+            log.info("%s: not made by tokenmill (no marker), left where it is", folder)
     if not present:
         return None
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")

@@ -22,9 +22,9 @@ from tokenmill.manifests.manifest import (
     unsafe_path,
     write_manifest,
 )
-from tokenmill.pipeline import storage
+from tokenmill.pipeline import runfolder, storage
 from tokenmill.pipeline.columns import check_chain
-from tokenmill.pipeline.commit import committed_record, record_path
+from tokenmill.pipeline.commit import committed_record, damaged_files, record_path
 from tokenmill.pipeline.config import RunConfig
 from tokenmill.pipeline.documents import canonical_json, digest
 from tokenmill.pipeline.executor import run_tasks
@@ -97,24 +97,58 @@ def run_pipeline(
     names = [s.name for s in stages]
     if only is not None and only not in names:
         raise ConfigError(f"--stage {only}: not a configured stage; configured: {', '.join(names)}")
+    problems = runfolder.output_problems(config)  # again: a config built in code skipped validation
+    if problems:
+        raise runfolder.RunFolderError("invalid output:\n" + "\n".join(problems))
     fs, root = storage.filesystem_for(config.output_location)
     selected = [i for i, s in enumerate(stages) if only is None or s.name == only]
-    if selected[0] > 0 and read_manifest(fs, storage.join(root, names[selected[0] - 1])) is None:
-        prev = names[selected[0] - 1]
-        raise TokenmillError(
-            f"stage {only!r} reads the output of {prev!r}, which has not completed in {root}: "
-            f"run `tokenmill run CONFIG --stage {prev}` (or without --stage) first"
-        )
-    fs.create_dir(root, recursive=True)
     workers = workers or config.execution.workers
     reports = []
-    with ray_session(ray_address or config.execution.ray_address):
-        max_in_flight = workers or cluster_cpus()
-        for i in selected:
-            report = _run_stage(fs, root, stages, i, config, reporter, max_in_flight, workers)
-            _log_record(fs, root, report)
-            reports.append(report)
+    # One driver per run folder: the lock is taken before anything is read to decide what to do, and held to the end.
+    with runfolder.hold(fs, root) as lock:
+        for name in names:
+            stage_dir = storage.join(root, name)
+            if runfolder.foreign_stage(fs, stage_dir):
+                raise runfolder.RunFolderError(runfolder.not_ours_message(stage_dir))
+        if selected[0] > 0:
+            _check_earlier(fs, root, stages, selected[0])
+        with ray_session(ray_address or config.execution.ray_address):
+            max_in_flight = workers or cluster_cpus()
+            for i in selected:
+                lock.check()
+                report = _run_stage(fs, root, stages, i, config, reporter, max_in_flight, workers, lock)
+                _log_record(fs, root, report)
+                reports.append(report)
     return reports
+
+
+def _check_earlier(fs, root: str, stages: list[Stage], upto: int) -> None:
+    """Before a stage runs alone: every earlier stage is committed under the config's key, with its files intact.
+
+    Else the stage would read output made with another config (or read a file that is gone) and call it up to date.
+    """
+    only = stages[upto].name
+    for index in range(upto):
+        stage = stages[index]
+        stage_dir = storage.join(root, stage.name)
+        rerun = (f"rerun it first: `tokenmill run CONFIG --stage {stage.name}`, then each later stage up to {only!r}, "
+                 f"or `tokenmill run CONFIG` for all")
+        if read_manifest(fs, stage_dir) is None:
+            raise TokenmillError(f"stage {only!r} reads the output of {stage.name!r}, which has not completed in "
+                                 f"{root}: run `tokenmill run CONFIG --stage {stage.name}` (or without --stage) first")
+        identity = stage.identity()
+        _, input_hash, stamp, _, _ = _input_of(fs, root, stages, index)
+        key = stage_key(stage.name, identity, input_hash, stamp)
+        previous = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
+        if not isinstance(previous, dict) or previous.get("key") != key:
+            why = explain_change(previous, identity, key) if isinstance(previous, dict) else ["it has no key record"]
+            raise TokenmillError(f"--stage {only}: the committed output of earlier stage {stage.name!r} was made from "
+                                 f"another config or input than this one ({'; '.join(why)}); {rerun}")
+        damaged = damaged_files(fs, stage_dir, key)
+        if damaged:
+            raise TokenmillError(f"--stage {only}: earlier stage {stage.name!r} lost committed files "
+                                 f"({', '.join(damaged[:3])}{', ...' if len(damaged) > 3 else ''}); {rerun} "
+                                 f"(it recomputes only the tasks whose files are gone)")
 
 
 def _input_of(fs, root: str, stages: list[Stage], index: int):
@@ -132,7 +166,8 @@ def _input_of(fs, root: str, stages: list[Stage], index: int):
     return {"stage": prev, "manifest_hash": h}, h, None, upstream, storage.join(root, prev)
 
 
-def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_flight: int, workers) -> StageReport:
+def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_flight: int, workers,
+               lock: runfolder.RunLock) -> StageReport:
     stage = stages[index]
     stage_dir = storage.join(root, stage.name)
     started = time.time()
@@ -145,6 +180,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         why = explain_change(previous, identity, key) if previous else ["its folder has no key record"]
         order = STAGE_ORDER + [s.name for s in stages if s.name not in STAGE_ORDER]
         later = order[order.index(stage.name):]
+        lock.check()
         dest = supersede(fs, root, later)
         notes.append(f"{stage.name}: recomputing it and every later stage, because {'; '.join(why)}; "
                      f"old output moved to {dest}")
@@ -152,10 +188,18 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         previous = None
     manifest = read_manifest(fs, stage_dir)
     if previous is not None and manifest is not None:
-        reporter.note(f"{stage.name}: up to date")
-        content, info = manifest["content"], manifest["run_info"]
-        return StageReport(stage.name, "up to date", 0, info["tasks_run"] + info["tasks_skipped"], content["totals"], 0.0,
-                           storage.join(stage_dir, "manifest.json"), notes)
+        # Up to date means: same key, and every committed file still there with its recorded size.
+        damaged = damaged_files(fs, stage_dir, key)
+        if not damaged:
+            reporter.note(f"{stage.name}: up to date")
+            content, info = manifest["content"], manifest["run_info"]
+            return StageReport(stage.name, "up to date", 0, info["tasks_run"] + info["tasks_skipped"], content["totals"],
+                               0.0, storage.join(stage_dir, "manifest.json"), notes)
+        notes.append(f"{stage.name}: {len(damaged)} committed file(s) are missing or changed in size "
+                     f"({', '.join(damaged[:3])}{', ...' if len(damaged) > 3 else ''}); recomputing the tasks that "
+                     f"wrote them")
+        reporter.note(notes[-1])
+    runfolder.claim_stage(fs, stage_dir)
     if previous is None:
         storage.write_json_atomic(fs, storage.join(stage_dir, KEY_FILE),
                                   {"key": key, "identity": identity, "input": descriptor}, uuid.uuid4().hex)
@@ -201,6 +245,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         records.update(done)
         run_count += len(done)
         skip_count += len(tasks) - len(todo)
+        lock.check()
         if failures:
             raise StageFailed(stage.name, failures)
         shared[phase.name] = phase.reduce(stage, {k: r["result"] for k, r in records.items()}, ctx)
@@ -210,6 +255,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     entries = [entry for k in sorted(shard_records) for entry in shard_records[k]["result"]["shards"]]
     content = build_content(stage.name, identity, descriptor, entries, stage.report)
     check_conservation(content, stage.drop_reasons, upstream)
+    lock.check()
     _remove_leftovers(fs, stage_dir, shard_records)
     run_info = build_run_info(started, time.time(), key, run_count, skip_count, workers)
     run_info["phases"] = phase_stats

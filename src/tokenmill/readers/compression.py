@@ -1,12 +1,18 @@
-"""Open a source file as a byte stream, decompressing .gz and .zst with bounded memory and loud truncation."""
+"""Open a source file as a byte stream, decompressing gzip and zstd with bounded memory and loud truncation.
+
+The compression is read from the file's first bytes, not trusted from its name: a gzip file named `.zst` would
+otherwise be one `read_error`, and a `.jsonl` that is really zstd a file of `bad_json` drops."""
 
 from __future__ import annotations
 
 import io
+import logging
 import zlib
 from typing import BinaryIO, Callable
 
 import zstandard
+
+log = logging.getLogger(__name__)
 
 # zstd frames may ask for windows up to 2 GB; a source's `max_window_log` (default 27: 128 MB, as
 # `zstd --long=27`) caps what one frame can make us allocate. Pushshift dumps need 31.
@@ -94,14 +100,76 @@ class Members(io.RawIOBase):
         super().close()
 
 
+SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+"""The compression a file name claims."""
+
+UNSUPPORTED = frozenset({"bzip2", "xz", "lz4"})
+"""Compressions recognised by their magic bytes only to be refused by name (none bounds its memory here)."""
+
+
+def sniff(head: bytes) -> str | None:
+    """The compression that a file's first bytes announce: `gzip`, `zstd` (a frame, or a skippable frame that may
+    precede one), `bzip2`, `xz`, `lz4`, or None. None of these magics is a plausible start of text: 0x8b and 0xb5
+    cannot follow an ASCII byte in UTF-8, and bzip2's is 10 bytes with its block magic."""
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if head[:4] == b"\x28\xb5\x2f\xfd" or (len(head) >= 4 and head[1:4] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50):
+        return "zstd"
+    if len(head) >= 10 and head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
+        return "bzip2"
+    if head[:6] == b"\xfd7zXZ\x00":
+        return "xz"
+    if head[:4] == b"\x04\x22\x4d\x18":
+        return "lz4"
+    return None
+
+
+def compression_of(path: str, head: bytes) -> str | None:
+    """The compression to read `path` with: what its first bytes announce, else what its suffix claims (so a file
+    named `.gz` that is not gzip fails loudly as damaged gzip rather than being read as text). A disagreement
+    between the two is logged: a gzip file named `.zst` is read as gzip, a `.jsonl` that is zstd as zstd."""
+    claimed = next((kind for suffix, kind in SUFFIXES.items() if path.lower().endswith(suffix)), None)
+    found = sniff(head)
+    if found is not None and found != claimed and found not in UNSUPPORTED:
+        log.warning("%s: its first bytes are %s data although its name says %s; reading it as %s",
+                    path, found, claimed or "uncompressed", found)
+    return found or claimed
+
+
 def open_binary(path: str, zstd_window_log: int = DEFAULT_WINDOW_LOG) -> BinaryIO:
-    """A buffered byte stream of the file's content; the compression is chosen by suffix."""
+    """A buffered byte stream of the file's content, decompressed by what its first bytes announce (by its
+    suffix when they announce nothing: see `compression_of`). Reading bzip2, xz or lz4 data raises CorruptStream
+    naming it."""
     raw = open(path, "rb")
-    name = path.lower()
-    if name.endswith(".gz"):
+    try:
+        head = raw.read(16)
+        raw.seek(0)
+        kind = compression_of(path, head)
+    except BaseException:
+        raw.close()
+        raise
+    if kind == "gzip":
         # wbits=31: a gzip header and trailer; members follow one another (Common Crawl writes one per record).
         return io.BufferedReader(Members(raw, lambda: zlib.decompressobj(31), "gzip", skip_padding=True), BUFFER)
-    if name.endswith((".zst", ".zstd")):
+    if kind == "zstd":
         dctx = zstandard.ZstdDecompressor(max_window_size=2**zstd_window_log)
         return io.BufferedReader(Members(raw, dctx.decompressobj, "zstd"), BUFFER)
+    if kind in UNSUPPORTED:
+        raw.close()
+        return io.BufferedReader(_Refused(CorruptStream(
+            f"{kind} data (by its first bytes), which tokenmill does not read; recompress it with zstd or gzip "
+            f"(e.g. `{kind} -dc FILE | zstd -o FILE.zst`)")), BUFFER)
     return io.BufferedReader(raw, BUFFER)
+
+
+class _Refused(io.RawIOBase):
+    """A stream whose first read raises `error`, so every reader reports it as the damage it already handles."""
+
+    def __init__(self, error: CorruptStream):
+        self.error = error
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        raise self.error

