@@ -81,6 +81,25 @@ def test_a_batch_is_handed_out_only_once_its_files_are_verified(data, monkeypatc
     assert sorted(hashed) == sorted(p.name for p in (data.parent / "train").glob("*.bin"))  # each once
 
 
+
+def test_close_stops_the_background_thread_before_it_is_done(data, monkeypatch):
+    """A daemon thread still hashing when a rank's interpreter exits can abort it: close() ends the thread after the
+    file at hand, and a batch asked for afterwards still has its files verified by the caller."""
+    real = verify.file_sha256
+
+    def slow(path):
+        if threading.current_thread().name == "tokenmill-verify":
+            time.sleep(0.3)
+        return real(path)
+
+    monkeypatch.setattr(verify, "file_sha256", slow)
+    monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, "off")
+    loader = TokenLoader([data], seq_len=SEQ, global_batch_size=4, seed=3)
+    thread = loader.verifier._thread
+    loader.close()
+    assert not thread.is_alive() and not loader.verifier.done  # stopped early, not finished
+    assert next(iter(loader))["input_ids"].shape[0] == 4
+
 def test_verified_files_are_remembered_per_node_until_they_change(data, tmp_path, monkeypatch):
     monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, str(tmp_path / "cache"))
     calls = []

@@ -178,6 +178,11 @@ class TokenLoader:
         first = len(groups) * self.layout.rank // max(1, self.layout.world_size)
         return FileVerifier(groups, cache_dir(), first).start()
 
+    def close(self) -> None:
+        """Stop background verification (call before the process exits; a new iterator does not restart it)."""
+        if self.verifier is not None:
+            self.verifier.stop()
+
     def _verify(self, first: int, count: int) -> None:
         """Block until every file that global positions ``[first, first + count)`` read is verified."""
         verifier = self.verifier

@@ -151,6 +151,7 @@ class FileVerifier:
         self.hashed = 0  # groups hashed here (not taken from a marker)
         self.seconds = 0.0
         self._thread: threading.Thread | None = None
+        self._stopping = False
 
     @property
     def done(self) -> bool:
@@ -166,11 +167,20 @@ class FileVerifier:
         started = time.perf_counter()
         n = len(self.groups)
         for i in [*range(self.first, n), *range(self.first)]:
-            if self._error is not None:
+            if self._error is not None or self._stopping:
                 return
             self._run(i)
         log.info("token files verified: %d groups, %d hashed on this node, in %.1f s", len(self.groups), self.hashed,
                  time.perf_counter() - started)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the background thread after the file it is hashing, and wait for it: a daemon thread still inside a
+        hash or a lock when the interpreter shuts down can abort the process (seen at the end of a torchrun rank)."""
+        self._stopping = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("token-file verification thread still running after %.0f s at close", timeout)
 
     def _claim(self, i: int) -> bool:
         with self._cond:

@@ -390,6 +390,9 @@ class Trainer:
         try:
             return self._run(d)
         finally:
+            for loader in (getattr(self, "loader", None), getattr(self, "valid", None)):
+                if loader is not None:
+                    loader.close()
             d.close()
 
     def _run(self, d: Distributed) -> dict[str, Any]:
