@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from typing import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -26,7 +28,7 @@ class RichReporter:
         self.bars: dict[tuple[str, str], int] = {}
 
     def note(self, text: str) -> None:
-        self.progress.console.print(f"[yellow]{text}[/]")
+        self.progress.console.print(f"[yellow]{escape(text)}[/]")  # file names such as `[x].jsonl` are not markup
 
     def phase_started(self, stage: str, phase: str, total: int, committed: int) -> None:
         label = f"{stage}/{phase}" + (f" ({committed} committed earlier)" if committed else "")
@@ -56,13 +58,13 @@ def _print_summary(reports) -> None:
     out.print(_summary(reports))
     for r in reports:
         content = _content(r.manifest)
-        out.print(f"  {r.stage}: manifest {r.manifest}")
+        out.print(f"  {r.stage}: manifest {escape(r.manifest)}")
         if content.get("drop_table"):
             out.print(_drop_table(r.stage, content["drop_table"], content["by_source"]))
         for message in _first_errors(content):
-            out.print(f"    [dim]{message}[/]")
+            out.print(f"    [dim]{escape(message)}[/]")
         for line in content.get("report", {}).get("summary", []):
-            out.print(f"    [bold yellow]{line}[/]")
+            out.print(f"    [bold yellow]{escape(line)}[/]")
 
 
 def _content(manifest_path: str) -> dict:
@@ -348,6 +350,73 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.2f}"
+
+
+def cmd_runs_du(args: argparse.Namespace) -> int:
+    """`tokenmill runs du RUN`: bytes of each live stage and of each superseded generation, stage by stage."""
+    import dataclasses
+    import json
+
+    from rich.markup import escape as esc
+
+    from tokenmill.pipeline import storage
+    from tokenmill.pipeline.generations import disk_usage
+
+    fs, root = storage.filesystem_for(args.run)
+    usage = disk_usage(fs, root)
+    if args.json:
+        value = dataclasses.asdict(usage)
+        for gen, entry in zip([usage.live, *usage.superseded], [value["live"], *value["superseded"]]):
+            entry["bytes"] = gen.bytes
+        print(json.dumps({**value, "total": usage.total}, indent=1))
+        return 0
+    table = Table(title=f"disk use of {esc(args.run)}", title_justify="left")
+    for col in ("generation", "stage", "MB", "files", "config", "state"):
+        table.add_column(col, justify="right" if col in ("MB", "files") else "left", no_wrap=True)
+    for gen in [usage.live, *reversed(usage.superseded)]:
+        for s in gen.stages:
+            state = "complete" if s.complete else "incomplete"
+            table.add_row(esc(gen.name), esc(s.stage), _mb(s.bytes), f"{s.files:,}", (s.config_hash or "-")[:12],
+                          state + (", being deleted" if gen.deleting else ""))
+        for name in gen.other:
+            table.add_row(esc(gen.name), esc(name), "", "", "", "not tokenmill's: gc leaves it")
+        if len(gen.stages) + len(gen.other) > 1:
+            table.add_row(esc(gen.name), "[bold]all[/]", f"[bold]{_mb(gen.bytes)}[/]", "", "", "", end_section=True)
+    out = Console(width=max(Console().width, 100))
+    out.print(table)
+    old = sum(g.bytes for g in usage.superseded)
+    out.print(f"live {_mb(usage.live.bytes)} MB, superseded {_mb(old)} MB in {len(usage.superseded)} generation(s), "
+              f"other {_mb(usage.other_bytes)} MB; total {_mb(usage.total)} MB. "
+              f"`tokenmill runs gc {esc(args.run)} --keep N` deletes all but the newest N generations")
+    return 0
+
+
+def cmd_runs_gc(args: argparse.Namespace) -> int:
+    """`tokenmill runs gc RUN --keep N`: delete all but the newest N superseded generations, holding the run lock."""
+    from rich.markup import escape as esc
+
+    from tokenmill.pipeline import storage
+    from tokenmill.pipeline.generations import collect
+
+    fs, root = storage.filesystem_for(args.run)
+    result = collect(fs, root, args.keep, dry_run=args.dry_run)
+    verb = "would delete" if result.dry_run else "deleted"
+    table = Table(title=f"superseded generations of {esc(args.run)}", title_justify="left")
+    for col in ("generation", "stages", "MB", "action"):
+        table.add_column(col, justify="right" if col == "MB" else "left", no_wrap=True)
+    rows = [(g, verb) for g in result.deleted] + [(g, "kept") for g in result.kept] + [
+        (g, f"left: not tokenmill's ({esc(', '.join(g.other))})") for g in result.left]
+    for g, action in sorted(rows, key=lambda r: r[0].name, reverse=True):
+        table.add_row(esc(g.name), esc(", ".join(s.stage for s in g.stages)) or "-", _mb(g.bytes), action)
+    out = Console(width=max(Console().width, 100))
+    out.print(table)
+    out.print(f"{verb} {len(result.deleted)} generation(s), {_mb(result.freed)} MB; kept {len(result.kept)}; "
+              f"the live output is never touched")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -414,6 +483,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--docs-per-source", type=int)
     demo.add_argument("--target-mb", type=float, help="write at least this many MB of text")
     demo.set_defaults(func=cmd_demo_data)
+    runs = sub.add_parser("runs", help="a run folder's disk use and its superseded output")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    du = runs_sub.add_parser("du", help="MB per live stage and per superseded generation and stage")
+    du.add_argument("run", help="the run folder (the config's `output`)")
+    du.add_argument("--json", action="store_true", help="print JSON only")
+    du.set_defaults(func=cmd_runs_du)
+    gc = runs_sub.add_parser("gc", help="delete all but the newest N superseded generations (refused while a run "
+                                        "holds the folder)")
+    gc.add_argument("run", help="the run folder (the config's `output`)")
+    gc.add_argument("--keep", type=int, required=True, help="how many of the newest superseded generations to keep")
+    gc.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+    gc.set_defaults(func=cmd_runs_gc)
     register_manifest(sub)
     register_inspect(sub)
     return parser
@@ -425,14 +506,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "workers", None) is not None and args.workers < 1:
         console.print("[red]error:[/] --workers: must be at least 1")
         return 2
+    import signal
+
+    previous = signal.getsignal(signal.SIGINT)
+    interrupted = _count_interrupts()
+    try:
+        return _run_command(args, interrupted)
+    finally:
+        if previous is not None:
+            with contextlib.suppress(ValueError):  # ValueError: not the main thread, nothing was installed
+                signal.signal(signal.SIGINT, previous)
+
+
+def _run_command(args: argparse.Namespace, interrupted: list[int]) -> int:
+    """The command, its errors as one line each and an exit code: 1 a stage failed, 2 bad input, 130 Ctrl-C."""
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        return _interrupted(args)
     except StageFailed as err:
-        console.print(f"[red]{err}[/]")
+        if interrupted:
+            return _interrupted(args)
+        console.print(f"[red]{escape(str(err))}[/]")
         return 1
     except TokenmillError as err:
-        console.print(f"[red]error:[/] {err}")
+        if interrupted:
+            return _interrupted(args)
+        console.print(f"[red]error:[/] {escape(str(err))}")
         return 2
+    except Exception:
+        # Ray turns a Ctrl-C inside its start-up into other errors (a failed connection, a dead node): an
+        # interrupt is still an interrupt, whatever the exception it left behind.
+        if interrupted:
+            return _interrupted(args)
+        raise
+
+
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT, what a shell reports for a command stopped by Ctrl-C."""
+
+
+def _count_interrupts() -> list[int]:
+    """Note every SIGINT (the list is non-empty once one arrived), then raise KeyboardInterrupt as Python would."""
+    import signal
+    import threading
+
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not \
+            signal.default_int_handler:
+        return seen  # embedded (a test, a notebook with its own handler): leave it alone
+
+    def on_sigint(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    return seen
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    """One line on Ctrl-C, never a traceback; exit 130. What a `run` committed stays and a rerun resumes it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up that follows
+    what = f"tokenmill {args.command}"
+    resume = ": committed tasks are kept; the same command resumes" if args.command == "run" else ""
+    console.print(f"[yellow]interrupted[/] ({what}){resume}")
+    return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
@@ -53,6 +53,9 @@ class SourceConfig(StrictModel):
     """A record longer than this is dropped as `record_too_large` without being held in memory."""
     options: dict[str, Any] = {}
     """Options of the reader (e.g. csv `delimiter`, `header`, `columns`; json `items`); see docs/readers.md."""
+    stamp: Literal["mtime", "content"] = "mtime"
+    """What says a file is unchanged since it was read: `mtime` (size and modification time) or `content` (size and
+    sha256 of the bytes, read once more per run: for files copied with their times kept, `cp -p`, `rsync -t`)."""
 
     @field_validator("name")
     @classmethod

@@ -23,10 +23,22 @@ def _local_only_env() -> None:
 
 
 def start_local(num_cpus: int | None = None) -> None:
-    """Start a private Ray instance on this machine, reachable only from it."""
+    """Start a private Ray instance on this machine, reachable only from it.
+
+    Interrupted (Ctrl-C) half way, it shuts down what it had started before the interrupt goes on.
+    """
     _local_only_env()
     import ray
 
+    try:
+        _init_local(ray, num_cpus)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
+
+
+def _init_local(ray, num_cpus: int | None) -> None:
     ray.init(
         num_cpus=num_cpus or os.cpu_count(),
         include_dashboard=False,
@@ -51,17 +63,28 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     if ray.is_initialized():
         yield
         return
+    reaper = None
     if address:
         if _is_loopback(address):
             # Else Ray rewrites 127.0.0.1 into this machine's outbound address and looks for the cluster there.
             _local_only_env()
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
     else:
-        start_local(num_cpus)
+        reaper = Reaper.start()  # before Ray: a Ctrl-C or SIGKILL inside ray.init leaves helpers too
+        try:
+            start_local(num_cpus)
+        except BaseException:
+            if reaper is not None:
+                reaper.stop()
+            raise
     try:
         yield
     finally:
-        ray.shutdown()
+        try:
+            ray.shutdown()
+        finally:
+            if reaper is not None:
+                reaper.stop()
 
 
 def _is_loopback(address: str) -> bool:
@@ -73,3 +96,123 @@ def cluster_cpus() -> int:
     import ray
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+REAP_GRACE_S = 2.0
+"""Seconds between SIGTERM and SIGKILL for a Ray helper the reaper ends."""
+
+
+class Reaper:
+    """A small process that ends the Ray helpers of a local cluster once the driver is gone.
+
+    Ray ties the processes the driver starts (GCS, raylet, log monitor) to it with PR_SET_PDEATHSIG, so a SIGKILLed
+    driver takes them along; but the raylet's own children, the dashboard agent and the runtime-env agent, each with
+    a port open on 127.0.0.1, notice the raylet's death and then wait about 60 s trying to report it to the GCS
+    that died with it (measured on Ray 2.60: 60-65 s). The reaper, started before `ray.init` in its own session (so
+    the terminal's Ctrl-C does not reach it), notes every Ray process descended from the driver while the driver
+    lives, and reads a pipe only the driver holds; at end of file (the driver exited, however it died) it sends
+    SIGTERM to those still alive, then SIGKILL after `REAP_GRACE_S`. A process is recognised by pid and start time,
+    so a reused pid is never signalled. Nothing is left when the reaper itself is SIGKILLed too (then Ray's 60 s
+    apply, `docs/cluster.md`).
+    """
+
+    def __init__(self, process) -> None:
+        self.process = process
+
+    @classmethod
+    def start(cls) -> "Reaper | None":
+        import subprocess
+        import time
+
+        import ray
+
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH"))
+                                                           if p)}
+        code = "import sys; from tokenmill.pipeline.ray_cluster import reap; reap(*sys.argv[1:])"
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", code, str(os.getpid()), repr(time.time() - 1.0),
+                 os.path.dirname(os.path.abspath(ray.__file__))],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True, env=env,
+            )
+        except OSError as err:
+            log.warning("cannot start the Ray helper reaper (%s): a killed driver may leave Ray's agents listening "
+                        "on 127.0.0.1 for about a minute", err)
+            return None
+        return cls(process)
+
+    def stop(self) -> None:
+        """After a clean shutdown: close the pipe; the reaper ends what Ray left and exits."""
+        if self.process.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=REAP_GRACE_S + 3)
+        except Exception:  # noqa: BLE001 - never hold up the driver's exit for the reaper
+            log.warning("the Ray helper reaper (pid %d) did not exit", self.process.pid)
+
+
+def reap(driver: str, since: str, ray_dir: str) -> None:
+    """The reaper's body (`Reaper`): track Ray processes under `driver` created after `since`; end them at EOF."""
+    import select
+    import signal
+
+    import psutil
+
+    driver_pid, started = int(driver), float(since)
+    tracked: dict[int, float] = {}
+
+    def is_ray(proc) -> bool:
+        try:
+            return any(ray_dir in part for part in proc.cmdline()[:3]) or proc.name().startswith("ray::")
+        except psutil.Error:
+            return False
+
+    def refresh() -> None:
+        try:
+            children = psutil.Process(driver_pid).children()
+        except psutil.Error:
+            children = []
+        roots = [c for c in children if c.pid != os.getpid() and is_ray(c)]
+        roots += _alive(tracked)
+        for proc in roots:
+            try:
+                for p in [proc, *proc.children(recursive=True)]:
+                    created = p.create_time()
+                    if created >= started:
+                        tracked.setdefault(p.pid, created)
+            except psutil.Error:
+                continue
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        refresh()
+        ready, _, _ = select.select([sys.stdin], [], [], 0.5)
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            break
+    left = _alive(tracked)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _, still = psutil.wait_procs(left, timeout=REAP_GRACE_S)
+    for proc in still:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def _alive(tracked: dict[int, float]) -> list:
+    """The tracked processes still running, each the very process noted (same pid and start time)."""
+    import psutil
+
+    out = []
+    for pid, created in tracked.items():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out

@@ -28,6 +28,7 @@ from tokenmill.pipeline.commit import committed_record, damaged_files, record_pa
 from tokenmill.pipeline.config import RunConfig
 from tokenmill.pipeline.documents import canonical_json, digest
 from tokenmill.pipeline.executor import run_tasks
+from tokenmill.pipeline.generations import find_restorable, restore
 from tokenmill.pipeline.ray_cluster import cluster_cpus, ray_session
 from tokenmill.pipeline.registry import STAGE_ORDER, build_stages
 from tokenmill.pipeline.resume import KEY_FILE, explain_change, stage_key, supersede
@@ -69,7 +70,8 @@ class StageReport:
 
     stage: str
     status: str
-    """`ran`, `resumed` (some tasks were already committed) or `up to date`."""
+    """`ran`, `resumed` (some tasks were already committed), `up to date`, or `restored` (a superseded output made
+    under the same key moved back from `_superseded/`, nothing recomputed)."""
     tasks_run: int
     tasks_skipped: int
     totals: dict[str, Any]
@@ -176,24 +178,42 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     key = stage_key(stage.name, identity, input_hash, stamp)
     previous = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
     notes: list[str] = []
+    source: str | None = None
+    """Where this stage's output was restored from, when a superseded one of this key came back."""
     if (previous is not None and previous.get("key") != key) or (previous is None and storage.exists(fs, stage_dir)):
         why = explain_change(previous, identity, key) if previous else ["its folder has no key record"]
         order = STAGE_ORDER + [s.name for s in stages if s.name not in STAGE_ORDER]
         later = order[order.index(stage.name):]
         lock.check()
         dest = supersede(fs, root, later)
-        notes.append(f"{stage.name}: recomputing it and every later stage, because {'; '.join(why)}; "
-                     f"old output moved to {dest}")
-        reporter.note(notes[-1])
         previous = None
+        source = _restore_if_superseded(fs, root, stage.name, stage_dir, key, lock)
+        if source is None:
+            notes.append(f"{stage.name}: recomputing it and every later stage, because {'; '.join(why)}; "
+                         f"old output moved to {dest}")
+        else:
+            notes.append(f"{stage.name}: {'; '.join(why)}; old output moved to {dest}, and the output made earlier "
+                         f"under this config and input restored from {source}: nothing recomputed")
+            previous = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
+        reporter.note(notes[-1])
+    elif previous is None and not storage.exists(fs, stage_dir):
+        # Absent (an earlier stage's change moved it aside, or never run): a superseded output of this key comes back.
+        source = _restore_if_superseded(fs, root, stage.name, stage_dir, key, lock)
+        if source is not None:
+            notes.append(f"{stage.name}: restored from {source} (made earlier under this config and input): "
+                         f"nothing recomputed")
+            reporter.note(notes[-1])
+            previous = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
     manifest = read_manifest(fs, stage_dir)
     if previous is not None and manifest is not None:
         # Up to date means: same key, and every committed file still there with its recorded size.
         damaged = damaged_files(fs, stage_dir, key)
         if not damaged:
-            reporter.note(f"{stage.name}: up to date")
+            status = "restored" if source is not None else "up to date"
+            if source is None:
+                reporter.note(f"{stage.name}: up to date")
             content, info = manifest["content"], manifest["run_info"]
-            return StageReport(stage.name, "up to date", 0, info["tasks_run"] + info["tasks_skipped"], content["totals"],
+            return StageReport(stage.name, status, 0, info["tasks_run"] + info["tasks_skipped"], content["totals"],
                                0.0, storage.join(stage_dir, "manifest.json"), notes)
         notes.append(f"{stage.name}: {len(damaged)} committed file(s) are missing or changed in size "
                      f"({', '.join(damaged[:3])}{', ...' if len(damaged) > 3 else ''}); recomputing the tasks that "
@@ -263,6 +283,16 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     path = write_manifest(fs, stage_dir, content, run_info, uuid.uuid4().hex)
     status = "resumed" if skip_count else "ran"
     return StageReport(stage.name, status, run_count, skip_count, content["totals"], run_info["seconds"], path, notes)
+
+
+def _restore_if_superseded(fs, root: str, name: str, stage_dir: str, key: dict, lock: runfolder.RunLock) -> str | None:
+    """Move back the newest complete, intact superseded output of this stage made under `key`; where it was."""
+    source = find_restorable(fs, root, name, key)
+    if source is None:
+        return None
+    lock.check()
+    restore(fs, root, name, source)
+    return source
 
 
 def _check_record_paths(record: dict, where: str) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Optional
 
 from pydantic import ValidationError
 
+from tokenmill.errors import TokenmillError
 from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.readers.compression import open_binary
 
@@ -237,3 +240,45 @@ def record_from_object(obj: Any, index: int, source: "SourceConfig", where: str)
     if not text.strip():
         return Record(index, text[:PREVIEW_CHARS], doc_id, subset, meta, drop="empty_text", message=f"{where}: empty text")
     return Record(index, text, doc_id, subset, meta)
+
+
+class InputChangedError(TokenmillError):
+    """A source file changed (or went away) between the run's listing of it and the commit of the task that read it."""
+
+
+def file_stamp(path: str, kind: str = "mtime", size: int | None = None) -> dict[str, Any]:
+    """What says a source file is unchanged: its size, and its modification time (`mtime`) or the sha256 of its
+    bytes (`content`, for copies that keep times: `cp -p`, `rsync -t`). `size`, when given, is the size to record
+    (the one the run's listing saw)."""
+    st = os.stat(path)
+    if kind == "content":
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return {"bytes": st.st_size if size is None else size, "sha256": digest.hexdigest()}
+    return {"bytes": st.st_size if size is None else size, "mtime_ns": st.st_mtime_ns}
+
+
+def check_unchanged(path: str, display: str, expected: dict[str, Any]) -> None:
+    """Raise InputChangedError, naming the file and what changed, unless it still has the stamp `expected`.
+
+    Ingest calls it when a task has read its file and before it commits: a file appended to mid-run would else
+    leave a manifest listing its old size beside shards holding the new records.
+    """
+    kind = "content" if "sha256" in expected else "mtime"
+    try:
+        now = file_stamp(path, "mtime")
+        if kind == "content" and now["bytes"] == expected["bytes"]:
+            now = file_stamp(path, "content")
+    except FileNotFoundError:
+        raise InputChangedError(f"{display} ({path}) was deleted while this run read it; restore it or remove it "
+                                f"from the source's paths, then rerun") from None
+    changed = [f"{k} {expected[k]} -> {now.get(k)}" for k in sorted(expected) if k in now and now[k] != expected[k]]
+    if now["bytes"] != expected["bytes"] and not any(c.startswith("bytes") for c in changed):
+        changed.insert(0, f"bytes {expected['bytes']} -> {now['bytes']}")
+    if changed:
+        raise InputChangedError(
+            f"{display} ({path}) changed while this run read it ({'; '.join(changed)}): its shards would not match "
+            f"the file the manifest lists. Let whatever writes it finish (or read a copy nothing writes to), then "
+            f"rerun: only this file is read again")

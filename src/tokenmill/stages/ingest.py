@@ -15,7 +15,7 @@ from tokenmill.pipeline.map_phase import split_and_write
 from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
 from tokenmill.readers import READERS, reader_drop_reasons
-from tokenmill.readers.base import Record
+from tokenmill.readers.base import Record, check_unchanged, file_stamp
 
 MAX_ERRORS_LISTED = 20
 """Bad records named per shard in the manifest (all are counted, and all are in `dropped/`)."""
@@ -77,7 +77,8 @@ class ReadSources(Phase):
     name = "read"
 
     def plan(self, stage: "IngestStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key=f.task_key, inputs=(f.path,), params={"file": f}) for f in stage.files]
+        return [Task(key=f.task_key, inputs=(f.path,), params={"file": f, "stamp": stamp})
+                for f, stamp in zip(stage.files, stage.file_stamps())]
 
     def run(self, stage: "IngestStage", task: Task, ctx: TaskContext) -> dict[str, Any]:
         file: SourceFile = task.params["file"]
@@ -93,6 +94,9 @@ class ReadSources(Phase):
             errors = [r.message for r in records if r.drop is not None]
             entry["errors"] = errors[:MAX_ERRORS_LISTED]
             entries.append(entry)
+        # The file must still be the one the run listed (its size is in the manifest, its stamp in the resume key):
+        # appended to or rewritten while it was read, the task fails naming it rather than committing a mix.
+        check_unchanged(file.path, display, task.params.get("stamp") or file_stamp(file.path, "mtime", file.size))
         return {"shards": entries}
 
 
@@ -121,10 +125,13 @@ class IngestStage(Stage):
     def __init__(self, config, run, files: list[SourceFile]):
         super().__init__(config, run)
         self.files = files
+        self._stamps: list[dict[str, Any]] | None = None
 
     def identity(self) -> dict[str, Any]:
         # What reading depends on; `fraction` is the sample stage's, so changing it never re-reads.
-        readers = {name: s.model_dump(mode="json", exclude={"fraction"}) for name, s in sorted(self.run.sources.items())}
+        # `stamp` only decides how a change is noticed; the stamps themselves are in the resume key (input_stamp).
+        readers = {name: s.model_dump(mode="json", exclude={"fraction", "stamp"})
+                   for name, s in sorted(self.run.sources.items())}
         # An upgraded HTML extractor yields other text from the same files: that must recompute too.
         libraries = {s.format: READERS[s.format].library_versions() for s in self.run.sources.values()
                      if READERS[s.format].libraries}
@@ -134,9 +141,22 @@ class IngestStage(Stage):
     def input_listing(self) -> list[dict[str, Any]]:
         return [{"source": f.source, "path": f.relpath, "bytes": f.size} for f in self.files]
 
+    def file_stamps(self) -> list[dict[str, Any]]:
+        """Each file's stamp as its source's `stamp` says (size and mtime, or size and sha256), once per run: the
+        content hashes read every byte of a source, on the driver."""
+        if self._stamps is None:
+            self._stamps = [
+                {"bytes": f.size, "mtime_ns": f.mtime_ns} if self.run.sources[f.source].stamp == "mtime"
+                else file_stamp(f.path, "content", f.size)
+                for f in self.files
+            ]
+        return self._stamps
+
     def input_stamp(self) -> list[Any]:
-        """Modification times: part of the resume key (a touched file is re-read), not of the manifest content."""
-        return [[f.source, f.relpath, f.mtime_ns] for f in self.files]
+        """Modification times (or content hashes for `stamp: content`): part of the resume key (a touched or
+        rewritten file is re-read), not of the manifest content."""
+        return [[f.source, f.relpath, s["mtime_ns"] if "mtime_ns" in s else f"sha256:{s['sha256']}"]
+                for f, s in zip(self.files, self.file_stamps())]
 
     def phases(self) -> list[Phase]:
         return [ReadSources()]

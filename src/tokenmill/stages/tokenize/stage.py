@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,6 +24,8 @@ from tokenmill.tokenize.indexed import IndexedWriter, dtype_for_vocab, parse_ind
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
 
 SPLITS = ("train", "valid")
+
+log = logging.getLogger(__name__)
 
 
 def _key(seed: int, doc_id: str) -> int:
@@ -67,7 +70,9 @@ class PrepareTokenizer(Phase):
         from tokenizers import Tokenizer
 
         data = storage.read_bytes(ctx.fs, storage.join(ctx.stage_dir, "tokenizer.json")).decode("utf-8")
-        return _loaded(Tokenizer.from_str(data), stage.config.eos_token)
+        tok = _loaded(Tokenizer.from_str(data), stage.config.eos_token)
+        stage.tokenizer_vocab = tok.vocab_size  # for report(), on this driver: a trained vocabulary may fall short
+        return tok
 
 
 class Encode(Phase):
@@ -76,6 +81,9 @@ class Encode(Phase):
     name = "map"
 
     def plan(self, stage: "TokenizeStage", ctx: PlanContext) -> list[Task]:
+        if not ctx.input_shards:
+            log.warning("tokenize: the input stage has no shards: no token files are written and tokens.json lists "
+                        "none; check what the earlier stages kept (`tokenmill manifest show RUN`)")
         return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"]})
                 for s in ctx.input_shards]
 
@@ -216,8 +224,33 @@ class TokenizeStage(Stage):
     def phases(self) -> list[Phase]:
         return [PrepareTokenizer(), Encode(), WriteIndex()]
 
+    tokenizer_vocab: int | None = None
+    """The vocabulary size of the tokenizer this run uses, set on the driver when the tokenizer phase is reduced."""
+
+    def warnings(self, stats: Mapping[str, Any]) -> list[str]:
+        """What a person must hear about this run although it succeeded: a trained vocabulary smaller than asked,
+        no documents at all."""
+        out = []
+        spec = self.config.tokenizer
+        if isinstance(spec, TrainTokenizer) and self.tokenizer_vocab is not None \
+                and self.tokenizer_vocab < spec.train.vocab_size:
+            out.append(f"the trained tokenizer has {self.tokenizer_vocab:,} tokens of the {spec.train.vocab_size:,} "
+                       f"asked (tokenizer.train.vocab_size): its training sample (at most {spec.train.sample_docs:,} "
+                       f"documents) holds too little distinct text for more merges; train on more documents or ask "
+                       f"for a vocabulary of {self.tokenizer_vocab:,} or less")
+        documents = stats.get("documents", {})
+        if not sum(documents.values()):
+            out.append("no documents to tokenize: every token file is empty and the loader has nothing to read; "
+                       "check what the earlier stages dropped (`tokenmill manifest show RUN`)")
+        return out
+
     def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
         tokens = stats.get("tokens", {})
+        warnings = self.warnings(stats)
+        for warning in warnings:
+            log.warning("tokenize: %s", warning)
         return {"tokens": tokens, "documents": stats.get("documents", {}),
                 "special_token_text_docs": stats.get("special_token_text_docs", 0),
-                "summary": [f"{tokens.get('train', 0):,} train and {tokens.get('valid', 0):,} valid tokens"]}
+                **({"warnings": warnings} if warnings else {}),
+                "summary": [f"{tokens.get('train', 0):,} train and {tokens.get('valid', 0):,} valid tokens"]
+                + [f"warning: {w}" for w in warnings]}

@@ -1,0 +1,185 @@
+"""Interrupts (issue 17 item 10): Ctrl-C is one line and exit 130, at Ray start-up and mid-run; a SIGKILLed driver
+leaves no Ray helper listening (Ray's agents used to stay 60-65 s; `docs/cluster.md`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import tokenmill
+from tokenmill import cli
+
+SRC = Path(tokenmill.__file__).resolve().parents[1]  # the tree under test (an old worktree with PYTHONPATH too)
+
+
+def _config(tmp_path: Path) -> Path:
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(50)))
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps({"output": "run", "sources": [{"name": "a", "format": "jsonl",
+                                                                  "paths": ["a.jsonl"]}]}))
+    return config
+
+
+def _driver(tmp_path: Path, task_delay: float = 0.0) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONUNBUFFERED": "1", "TOKENMILL_TASK_DELAY_S": str(task_delay)}
+    return subprocess.Popen([sys.executable, "-m", "tokenmill", "run", str(_config(tmp_path)), "--workers", "1"],
+                            env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def _descendants(driver: subprocess.Popen, seen: dict[int, float]) -> None:
+    """Note the driver's descendants (pid -> start time) as they appear."""
+    try:
+        for p in psutil.Process(driver.pid).children(recursive=True):
+            try:
+                seen.setdefault(p.pid, p.create_time())
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+
+
+def _alive(seen: dict[int, float]) -> list[str]:
+    out = []
+    for pid, created in seen.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{pid} {p.name()}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def _wait_for(driver: subprocess.Popen, seen: dict[int, float], what, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert driver.poll() is None, f"driver ended (exit {driver.returncode}): {driver.stderr.read().decode()[-2000:]}"
+        _descendants(driver, seen)
+        if what():
+            return
+        time.sleep(0.05)
+    pytest.fail("the driver never reached the point to interrupt")
+
+
+def _names(seen: dict[int, float]) -> set[str]:
+    names = set()
+    for pid in seen:
+        try:
+            names.add(psutil.Process(pid).name())
+        except psutil.Error:
+            pass
+    return names
+
+
+def _gone_within(seen: dict[int, float], seconds: float) -> list[str]:
+    deadline = time.time() + seconds
+    while _alive(seen) and time.time() < deadline:
+        time.sleep(0.2)
+    return _alive(seen)
+
+
+def _cleanup(driver: subprocess.Popen, seen: dict[int, float]) -> None:
+    if driver.poll() is None:
+        driver.kill()
+        driver.wait()
+    for entry in _alive(seen):
+        os.kill(int(entry.split()[0]), signal.SIGKILL)
+
+
+@pytest.mark.ray
+def test_ctrl_c_during_ray_start_up_is_one_line_and_exit_130(tmp_path):
+    """SIGINT while `ray.init` is starting the GCS: exit 130 (was 1), one line, no traceback, and no Ray process
+    of the driver left behind."""
+    driver = _driver(tmp_path)
+    seen: dict[int, float] = {}
+    try:
+        _wait_for(driver, seen, lambda: "gcs_server" in _names(seen))
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=60)
+        err = err.decode()
+        assert driver.returncode == 130, err[-3000:]
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        assert "interrupted (tokenmill run)" in err
+        assert _gone_within(seen, 15) == []
+    finally:
+        _cleanup(driver, seen)
+
+
+@pytest.mark.ray
+def test_sigkill_of_the_driver_leaves_no_ray_helper(tmp_path):
+    """SIGKILL once the raylet has started its agents: every Ray process of that driver is gone within 10 s (Ray's
+    dashboard and runtime-env agents used to keep a port on 127.0.0.1 for 60-65 s)."""
+    driver = _driver(tmp_path, task_delay=60)  # the ingest task sleeps: the kill lands mid-run
+    seen: dict[int, float] = {}
+    try:
+        _wait_for(driver, seen, lambda: all(any(n.startswith(agent) for n in _names(seen))
+                                            for agent in ("ray::DashboardA", "ray::RuntimeEnv")))
+        time.sleep(1.0)  # the reaper polls every 0.5 s
+        driver.kill()
+        driver.wait()
+        assert _gone_within(seen, 10) == []
+    finally:
+        _cleanup(driver, seen)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_ctrl_c_mid_command_is_one_line_and_exit_130(monkeypatch, capsys, error):
+    """A Ctrl-C anywhere in a command (here raised from inside `run`; also when Ray turns it into another error)
+    prints one line, no traceback, and exits 130."""
+
+    def interrupted(args):
+        os.kill(os.getpid(), signal.SIGINT)  # through the handler main() installs, as a real Ctrl-C
+        time.sleep(5)
+
+    def interrupted_then_other(args):
+        try:
+            interrupted(args)
+        except KeyboardInterrupt:
+            raise RuntimeError("raylet connection lost") from None
+
+    monkeypatch.setattr(cli, "cmd_run", interrupted if error is KeyboardInterrupt else interrupted_then_other)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        parser = cli.build_parser
+        monkeypatch.setattr(cli, "build_parser", lambda: _with_run(parser(), cli.cmd_run))
+        try:
+            code = cli.main(["run", "x.yaml"])
+        except KeyboardInterrupt:
+            pytest.fail("KeyboardInterrupt escaped main(): Python prints its traceback")
+        assert code == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert "interrupted (tokenmill run)" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def _with_run(parser, func):
+    parser.set_defaults(func=func)
+    for action in parser._subparsers._group_actions:  # the run subcommand's default func is bound at build time
+        action.choices["run"].set_defaults(func=func)
+    return parser
+
+
+def test_other_errors_are_not_taken_for_interrupts(monkeypatch):
+    """Without a SIGINT an unexpected error still raises (with its traceback), never a false 130."""
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_run(parser(), broken))
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(RuntimeError, match="a bug"):
+            cli.main(["run", "x.yaml"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
