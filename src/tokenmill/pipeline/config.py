@@ -118,6 +118,12 @@ class IngestConfig(StrictModel):
     12 KB would otherwise make one 247 MB shard). A single larger record still makes a shard of its own."""
     keep_dropped: bool = True
     """Write unreadable and empty records under `<output>/ingest/dropped/`."""
+    pack_bytes: Optional[int] = Field(default=None, ge=1)
+    """Input bytes (file sizes on disk) one ingest task reads when a source has many small files: consecutive files
+    of the source, in listing order, share a task and its shards until their sizes reach this, so 2,000 files of
+    1 KB make one shard, not 2,000. A file this size or larger is read by a task of its own, as is every file of a
+    source with fewer than 64 files smaller than this (`ingest.PACK_MIN_FILES`). Unset: 64 MiB, and left out of the
+    stage's identity, so runs that pack nothing keep their keys."""
 
 
 class StagesConfig(StrictModel):

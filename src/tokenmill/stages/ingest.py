@@ -19,6 +19,11 @@ from tokenmill.readers.base import Record, check_unchanged, file_stamp
 
 MAX_ERRORS_LISTED = 20
 """Bad records named per shard in the manifest (all are counted, and all are in `dropped/`)."""
+PACK_BYTES = 64 * 2**20
+"""Input bytes one task reads from a source's small files when `ingest.pack_bytes` is unset."""
+PACK_MIN_FILES = 64
+"""A source packs its small files only when it has at least this many (smaller than the pack budget): below it the
+per-task cost is a few seconds at most, and its files keep a task, task key and shard names each, as before packing."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,41 @@ def list_source_files(config) -> list[SourceFile]:
     return out
 
 
-def records_table(source: str, file: SourceFile, records: list[Record]) -> tuple[pa.Table, pa.Array]:
-    """Documents of one part as a table in the base schema, with the reader's drop reasons."""
+def pack_files(files: list[SourceFile], budget: int) -> list[list[int]]:
+    """The files' indexes grouped into ingest tasks: consecutive files of one source until their sizes reach
+    `budget`. A file of `budget` bytes or more is alone, and so is every file of a source with fewer than
+    PACK_MIN_FILES files under `budget`: such runs keep their tasks of one file. Depends only on the listing."""
+    small: dict[str, int] = {}
+    for f in files:
+        small[f.source] = small.get(f.source, 0) + (f.size < budget)
+    groups: list[list[int]] = []
+    open_group: list[int] | None = None  # the group the next small file of its source may join
+    group_bytes = 0
+    for i, f in enumerate(files):
+        packs = small[f.source] >= PACK_MIN_FILES and f.size < budget
+        if packs and open_group is not None and files[open_group[0]].source == f.source and group_bytes < budget:
+            open_group.append(i)
+            group_bytes += f.size
+        else:
+            groups.append([i])
+            open_group, group_bytes = (groups[-1], f.size) if packs else (None, 0)
+    return groups
+
+
+def group_key(members: list[SourceFile]) -> str:
+    """A task's key: its file's key alone, as before packing; for several files, the first one's key, how many, and
+    a hash of every member's relative path (`web.part-0001.jsonl.1a2b3c4d.2000files.5e6f7a8b`)."""
+    if len(members) == 1:
+        return members[0].task_key
+    digest = hashlib.sha256("\n".join(f.relpath for f in members).encode("utf-8")).hexdigest()[:8]
+    return f"{members[0].task_key}.{len(members)}files.{digest}"
+
+
+def records_table(source: str, records: list[tuple[SourceFile, Record]]) -> tuple[pa.Table, pa.Array]:
+    """Documents of one part (records with the file each came from) as a table in the base schema, with the
+    reader's drop reasons."""
     ids, texts, subsets, metas, reasons = [], [], [], [], []
-    for r in records:
+    for file, r in records:
         ids.append(r.id if r.id is not None else f"{source}/{file.relpath}/{r.index}")
         texts.append(r.text)
         subsets.append(r.subset)
@@ -72,43 +108,59 @@ def records_table(source: str, file: SourceFile, records: list[Record]) -> tuple
 
 
 class ReadSources(Phase):
-    """One task per input file (a compressed stream cannot be split); a large file becomes several parts."""
+    """One task per input file, or per run of a source's small files (`pack_files`); a compressed stream cannot be
+    split, so a large file becomes several parts of one task."""
 
     name = "read"
 
     def plan(self, stage: "IngestStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key=f.task_key, inputs=(f.path,), params={"file": f, "stamp": stamp})
-                for f, stamp in zip(stage.files, stage.file_stamps())]
+        stamps = stage.file_stamps()
+        tasks = []
+        for group in stage.groups():
+            members = [stage.files[i] for i in group]
+            tasks.append(Task(key=group_key(members), inputs=tuple(f.path for f in members),
+                              params={"files": members, "stamps": [stamps[i] for i in group]}))
+        return tasks
 
     def run(self, stage: "IngestStage", task: Task, ctx: TaskContext) -> dict[str, Any]:
-        file: SourceFile = task.params["file"]
-        source = stage.run.sources[file.source]
+        files: list[SourceFile] = task.params["files"]
+        name = files[0].source
+        source = stage.run.sources[name]
         reader = READERS[source.format].read
-        display = f"{file.source}:{file.relpath}"
+
+        def records() -> Iterator[tuple[SourceFile, Record]]:
+            for file in files:
+                for record in reader(file.path, source, f"{file.source}:{file.relpath}"):
+                    yield file, record
+
         entries = []
-        for part, records in enumerate(_parts(reader(file.path, source, display),
-                                              stage.config.docs_per_shard, stage.config.max_shard_bytes)):
-            table, reasons = records_table(file.source, file, records)
-            entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", file.source, table, reasons)
-            entry["input"] = file.relpath
-            errors = [r.message for r in records if r.drop is not None]
+        for part, pairs in enumerate(_parts(records(), stage.config.docs_per_shard, stage.config.max_shard_bytes,
+                                            text=lambda pair: pair[1].text)):
+            table, reasons = records_table(name, pairs)
+            entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", name, table, reasons)
+            read = list(dict.fromkeys(f.relpath for f, _ in pairs)) or [files[0].relpath]  # in listing order
+            entry["input"] = read[0] if len(read) == 1 else f"{read[0]} .. {read[-1]} ({len(read)} files)"
+            errors = [r.message for _, r in pairs if r.drop is not None]
             entry["errors"] = errors[:MAX_ERRORS_LISTED]
             entries.append(entry)
-        # The file must still be the one the run listed (its size is in the manifest, its stamp in the resume key):
+        # Each file must still be the one the run listed (its size is in the manifest, its stamp in the resume key):
         # appended to or rewritten while it was read, the task fails naming it rather than committing a mix.
-        check_unchanged(file.path, display, task.params.get("stamp") or file_stamp(file.path, "mtime", file.size))
+        for file, stamp in zip(files, task.params["stamps"]):
+            expected = stamp or file_stamp(file.path, "mtime", file.size)
+            check_unchanged(file.path, f"{file.source}:{file.relpath}", expected)
         return {"shards": entries}
 
 
-def _parts(records: Iterator[Record], size: int, max_bytes: int) -> Iterator[list[Record]]:
-    """Group records into parts of `size` records or `max_bytes` of text, whichever comes first; an empty file still
-    yields one (empty) part, so it shows in the manifest."""
-    part: list[Record] = []
+def _parts(records: Iterator[Any], size: int, max_bytes: int, text=lambda r: r.text) -> Iterator[list[Any]]:
+    """Group records into parts of `size` records or `max_bytes` of text (`text(record)`), whichever comes first;
+    an empty task still yields one (empty) part, so it shows in the manifest."""
+    part: list[Any] = []
     part_bytes = 0
     emitted = False
     for record in records:
         part.append(record)
-        part_bytes += len(record.text.encode("utf-8")) if record.text else 0
+        t = text(record)
+        part_bytes += len(t.encode("utf-8")) if t else 0
         if len(part) == size or part_bytes >= max_bytes:
             yield part
             emitted, part, part_bytes = True, [], 0
@@ -126,6 +178,14 @@ class IngestStage(Stage):
         super().__init__(config, run)
         self.files = files
         self._stamps: list[dict[str, Any]] | None = None
+        self._groups: list[list[int]] | None = None
+
+    def groups(self) -> list[list[int]]:
+        """The files' indexes, one list per read task (`pack_files`)."""
+        if self._groups is None:
+            budget = self.config.pack_bytes if self.config.pack_bytes is not None else PACK_BYTES
+            self._groups = pack_files(self.files, budget)
+        return self._groups
 
     def identity(self) -> dict[str, Any]:
         # What reading depends on; `fraction` is the sample stage's, so changing it never re-reads.
@@ -135,7 +195,9 @@ class IngestStage(Stage):
         # An upgraded HTML extractor yields other text from the same files: that must recompute too.
         libraries = {s.format: READERS[s.format].library_versions() for s in self.run.sources.values()
                      if READERS[s.format].libraries}
-        return {"config": self.config.model_dump(mode="json"), "sources": readers,
+        # An unset `pack_bytes` is left out, so a run that packs nothing keeps the key it had before packing existed.
+        config = self.config.model_dump(mode="json", exclude={"pack_bytes"} if self.config.pack_bytes is None else None)
+        return {"config": config, "sources": readers,
                 **({"libraries": dict(sorted(libraries.items()))} if libraries else {})}
 
     def input_listing(self) -> list[dict[str, Any]]:
@@ -155,8 +217,14 @@ class IngestStage(Stage):
     def input_stamp(self) -> list[Any]:
         """Modification times (or content hashes for `stamp: content`): part of the resume key (a touched or
         rewritten file is re-read), not of the manifest content."""
-        return [[f.source, f.relpath, s["mtime_ns"] if "mtime_ns" in s else f"sha256:{s['sha256']}"]
-                for f, s in zip(self.files, self.file_stamps())]
+        stamps: list[Any] = [[f.source, f.relpath, s["mtime_ns"] if "mtime_ns" in s else f"sha256:{s['sha256']}"]
+                             for f, s in zip(self.files, self.file_stamps())]
+        # Which files share a task, once any do: a run killed before packing existed and resumed after must not
+        # mix its tasks of one file with packed ones under one key (runs that pack nothing keep their key).
+        packed = [group_key([self.files[i] for i in g]) for g in self.groups() if len(g) > 1]
+        if packed:
+            stamps.append(["packed", hashlib.sha256("\n".join(packed).encode("utf-8")).hexdigest()])
+        return stamps
 
     def phases(self) -> list[Phase]:
         return [ReadSources()]
