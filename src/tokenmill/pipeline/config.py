@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config_base import StageConfig, StrictModel, load_yaml
+from tokenmill.pipeline.config_base import StageConfig, StrictModel, expand_path, load_yaml
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.dedup.config import DedupConfig
@@ -235,40 +235,6 @@ PATH_FIELDS = (
 """Every config field that names a file or folder (`name[]`: each item of a list). `parse_config` expands `~` and
 environment variables in each before validation, so the validated config, every stage that opens these files and
 the config dumped beside the output all hold the same expanded path."""
-
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-
-
-def expand_path(value: str) -> str:
-    """`~` or `~user` at the start, then `$NAME` and `${NAME}` anywhere, expanded as a shell would.
-
-    Raises ValueError for a variable that is not set or is empty (`$UNSET/run` must not become a folder named
-    `$UNSET`, nor `/run`), and for a `~user` with no home folder.
-    """
-    out = value
-    if out.startswith("~"):
-        head, sep, tail = out.partition("/")
-        home = os.path.expanduser(head)
-        if home == head:
-            raise ValueError(f"{value!r}: {head!r} is no user's home folder; write the folder out")
-        out = home + sep + tail
-        start = len(home + sep)
-    else:
-        start = 0
-
-    def variable(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        found = os.environ.get(name)
-        if found is None:
-            raise ValueError(f"{value!r} names the environment variable ${name}, which is not set; set it, or write "
-                             f"the path out")
-        if not found:
-            raise ValueError(f"{value!r} names the environment variable ${name}, which is empty; set it, or write "
-                             f"the path out")
-        return found
-
-    return out[:start] + _VARIABLE.sub(variable, out[start:])
-
 
 def _expand_fields(node: Any, steps: list[str], key: str, problems: list[str]) -> Any:
     """`node` with the strings that `steps` reach expanded; problems named by key; any other shape is left for

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import types
 import typing
 from typing import Any
@@ -88,3 +91,37 @@ class StageConfig(StrictModel):
 
     keep_dropped: bool = True
     """Write dropped documents, with a `drop_reason` column, under `<output>/<stage>/dropped/`."""
+
+
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def expand_path(value: str) -> str:
+    """`~` or `~user` at the start, then `$NAME` and `${NAME}` anywhere, expanded as a shell would.
+
+    Raises ValueError for a variable that is not set or is empty (`$UNSET/run` must not become a folder named
+    `$UNSET`, nor `/run`), and for a `~user` with no home folder.
+    """
+    out = value
+    if out.startswith("~"):
+        head, sep, tail = out.partition("/")
+        home = os.path.expanduser(head)
+        if home == head:
+            raise ValueError(f"{value!r}: {head!r} is no user's home folder; write the folder out")
+        out = home + sep + tail
+        start = len(home + sep)
+    else:
+        start = 0
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        found = os.environ.get(name)
+        if found is None:
+            raise ValueError(f"{value!r} names the environment variable ${name}, which is not set; set it, or write "
+                             f"the path out")
+        if not found:
+            raise ValueError(f"{value!r} names the environment variable ${name}, which is empty; set it, or write "
+                             f"the path out")
+        return found
+
+    return out[:start] + _VARIABLE.sub(variable, out[start:])

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.pipeline.config_base import StrictModel, expand_path, load_yaml
 from tokenmill.train.model import PRESETS
 
 
@@ -176,9 +176,21 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
         lines = [f"  {_key_path(e['loc'])}: {e['msg']}" for e in err.errors()]
         raise ConfigError("invalid train config:\n" + "\n".join(lines)) from None
     base = Path(base_dir).resolve()
-    fix = lambda p: p if Path(p).is_absolute() else str(base / p)  # noqa: E731
-    config = config.model_copy(update={"output": fix(config.output),
-                                       "data": [d.model_copy(update={"path": fix(d.path)}) for d in config.data]})
+    problems: list[str] = []
+
+    def fix(key: str, p: str) -> str:
+        # `~` and `$VAR` as in a pipeline config (config_base.expand_path), then relative to the config's folder.
+        try:
+            p = expand_path(p)
+        except ValueError as err:
+            problems.append(f"  {key}: {err}")
+        return p if Path(p).is_absolute() else str(base / p)
+
+    config = config.model_copy(update={"output": fix("output", config.output),
+                                       "data": [d.model_copy(update={"path": fix(f"data[{i}].path", d.path)})
+                                                for i, d in enumerate(config.data)]})
+    if problems:
+        raise ConfigError("invalid train config:\n" + "\n".join(problems))
     missing = [p for p in config.resolved_paths() if not Path(p).is_file()]
     if missing:
         raise ConfigError("invalid train config:\n" + "\n".join(
@@ -187,18 +199,15 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
 
 
 def load_train_config(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read YAML (safe_load only) and validate; ``overrides`` replace top-level keys (command-line flags).
+    """Read YAML (safe_load only, duplicate keys refused) and validate; ``overrides`` replace top-level keys (command-line flags).
 
     Relative paths are taken from the config file's folder, as in a pipeline config, never from the working
     directory."""
-    import yaml
-
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read train config {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"train config {path} is not valid YAML: {err}") from None
+    data = load_yaml(text, str(path))  # safe_load, with keys written twice refused
     if isinstance(data, dict) and overrides:
         data = {**data, **overrides}
     return parse_train_config(data, Path(path).parent)
