@@ -33,18 +33,12 @@ from typing import Iterable, Sequence
 log = logging.getLogger(__name__)
 
 VERIFIED_CACHE_ENV = "TOKENMILL_VERIFIED_CACHE"
-BLOCK = 8 << 20
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of a file, read in 8 MiB blocks (about 2 GB/s with SHA-NI; the GIL is released while hashing)."""
-    h = hashlib.sha256()
-    buf = bytearray(BLOCK)
-    view = memoryview(buf)
+    """The sha256 of a file (`hashlib.file_digest`: about 2 GB/s with SHA-NI; the GIL is released while hashing)."""
     with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def cache_dir() -> Path | None:

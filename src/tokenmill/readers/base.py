@@ -252,11 +252,9 @@ def file_stamp(path: str, kind: str = "mtime", size: int | None = None) -> dict[
     (the one the run's listing saw)."""
     st = os.stat(path)
     if kind == "content":
-        digest = hashlib.sha256()
         with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return {"bytes": st.st_size if size is None else size, "sha256": digest.hexdigest()}
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        return {"bytes": st.st_size if size is None else size, "sha256": digest}
     return {"bytes": st.st_size if size is None else size, "mtime_ns": st.st_mtime_ns}
 
 

@@ -98,7 +98,6 @@ MARKER = "COMMITTED"
 META = "meta.json"
 DCP_METADATA = ".metadata"
 _STEP_DIR = re.compile(r"^step-(\d{9,})$")
-_HASH_CHUNK = 1 << 20
 
 
 class CheckpointError(TokenmillError):
@@ -291,11 +290,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _describe(e: BaseException) -> str:
