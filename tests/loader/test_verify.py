@@ -100,6 +100,32 @@ def test_close_stops_the_background_thread_before_it_is_done(data, monkeypatch):
     assert not thread.is_alive() and not loader.verifier.done  # stopped early, not finished
     assert next(iter(loader))["input_ids"].shape[0] == 4
 
+
+def test_a_process_that_never_closes_its_loader_stops_the_thread_at_exit(data):
+    """grad_check.py-style callers exit without close(): the thread is stopped by an atexit hook (atexit runs in
+    reverse order, so the probe registered first reports after the hook ran)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import atexit, threading, time
+from tokenmill.loader import TokenLoader, verify
+real = verify.file_sha256
+def slow(path):
+    if threading.current_thread().name == "tokenmill-verify":
+        time.sleep(0.3)
+    return real(path)
+verify.file_sha256 = slow
+state = {{}}
+atexit.register(lambda: print("alive", state["t"].is_alive(), flush=True))
+loader = TokenLoader([{str(data)!r}], seq_len={SEQ}, global_batch_size=4, seed=3)
+state["t"] = loader.verifier._thread
+"""
+    env = {**os.environ, verify.VERIFIED_CACHE_ENV: "off"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "alive False" in done.stdout, done.stdout
+
 def test_verified_files_are_remembered_per_node_until_they_change(data, tmp_path, monkeypatch):
     monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, str(tmp_path / "cache"))
     calls = []

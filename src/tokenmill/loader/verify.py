@@ -20,12 +20,14 @@ work per node: too slow to do at start-up on every rank, and useless to repeat a
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -129,6 +131,12 @@ def _hash_and_compare(check: Check) -> bool:
     return True
 
 
+def _stop_at_exit(ref: "weakref.ref[FileVerifier]") -> None:
+    verifier = ref()
+    if verifier is not None:
+        verifier.stop()
+
+
 class FileVerifier:
     """Verifies groups of files (a token file: its ``.bin`` and ``.idx``) in a background thread, in order;
     ``require(groups)`` returns once those groups are verified, hashing any not yet reached itself, and raises the
@@ -155,6 +163,9 @@ class FileVerifier:
         if self._thread is None and self._left:
             self._thread = threading.Thread(target=self._background, name="tokenmill-verify", daemon=True)
             self._thread.start()
+            # Stopped at interpreter exit whoever built the loader: a daemon thread still hashing while the
+            # interpreter finalizes aborted torchrun ranks ("terminate called without an active exception").
+            atexit.register(_stop_at_exit, weakref.ref(self))
         return self
 
     def _background(self) -> None:
