@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := build/demo
 
-.PHONY: demo test test-all test-faults bench lock clean golden
+.PHONY: demo test lint test-all test-faults bench lock clean golden
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,12 @@ golden: $(STAMP)
 	$(BIN)/tokenmill run build/golden/demo.yaml
 	$(BIN)/python -m tokenmill.manifests.golden write build/golden/run --dest manifests
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest
+
+# ruff, with the rules set in pyproject.toml ([tool.ruff.lint]); part of `make test`.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
 
 # Every fault-injection trial (20 per stage and kill kind) and every hostile-input case at full size; prints counts.
 test-faults: $(STAMP)

@@ -180,7 +180,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> int:
     """`tokenmill tokenizer train CONFIG`: only the tokenizer, from the tokenize stage's input, saved as a file."""
     from pathlib import Path
 
-    from tokenmill.manifests.manifest import read_manifest
+    from tokenmill.pipeline.manifest import read_manifest
     from tokenmill.pipeline import storage
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.documents import read_shard

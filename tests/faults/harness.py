@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from tokenmill.manifests.manifest import check_conservation
+from tokenmill.pipeline.manifest import check_conservation
 from tokenmill.pipeline.config import RunConfig, load_config
 from tokenmill.pipeline.registry import build_stages
 

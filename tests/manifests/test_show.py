@@ -12,7 +12,7 @@ import yaml
 from tokenmill.demo import write_demo_corpus
 from tokenmill.cli import main as cli
 from tokenmill.errors import TokenmillError
-from tokenmill.manifests.manifest import content_hash
+from tokenmill.pipeline.manifest import content_hash
 from tokenmill.manifests.show import show_run
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.runner import run_pipeline

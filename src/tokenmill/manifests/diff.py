@@ -20,8 +20,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tokenmill.errors import ManifestError, TokenmillError
-from tokenmill.manifests.manifest import MANIFEST, content_hash, read_manifest
-from tokenmill.manifests.stats import NO_SUBSET
+from tokenmill.pipeline.manifest import MANIFEST, content_hash, read_manifest
+from tokenmill.pipeline.stats import NO_SUBSET
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import TEXT_HASH, text_hashes
 from tokenmill.pipeline.registry import STAGE_ORDER

@@ -14,7 +14,7 @@ import pyarrow.fs as pafs
 
 from tokenmill.errors import TokenmillError
 from tokenmill.manifests.diff import load_manifest, stage_order, token_counts
-from tokenmill.manifests.manifest import MANIFEST, content_hash
+from tokenmill.pipeline.manifest import MANIFEST, content_hash
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import digest
 from tokenmill.pipeline.commit import damaged_files

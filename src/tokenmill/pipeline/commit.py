@@ -105,7 +105,7 @@ def damaged_files(fs: pafs.FileSystem, stage_dir: str, stage_key: dict) -> list[
     "Up to date" means these all exist with their recorded sizes; a task whose file is damaged is run again.
     (Sizes, not sha256: hashing every committed byte on every rerun would cost as much as reading the run.)
     """
-    from tokenmill.manifests.manifest import unsafe_path
+    from tokenmill.pipeline.manifest import unsafe_path
 
     damaged = []
     for phase_dir in fs.get_file_info(pafs.FileSelector(storage.join(stage_dir, "_work", "commits"),

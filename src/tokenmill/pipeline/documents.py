@@ -48,6 +48,14 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A side table (clusters, hits, a phase's intermediate rows) as Parquet bytes (zstd), without the shard schema
+    stamp that `shard_bytes` adds; identical tables give identical bytes."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
 def shard_bytes(table: pa.Table) -> bytes:
     """A table serialized as a Parquet shard (zstd); identical tables give identical bytes."""
     sink = pa.BufferOutputStream()

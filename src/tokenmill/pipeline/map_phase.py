@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tokenmill.manifests.stats import tally_table, text_bytes
+from tokenmill.pipeline.stats import tally_table, text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.documents import DROP_REASON, content_hash, read_shard, shard_bytes, with_text_hash

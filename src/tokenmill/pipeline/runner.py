@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import pyarrow.fs as pafs
 
 from tokenmill.errors import ConfigError, ManifestError, TokenmillError
-from tokenmill.manifests.manifest import (
+from tokenmill.pipeline.manifest import (
     build_content,
     build_run_info,
     check_conservation,

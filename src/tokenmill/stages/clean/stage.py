@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from tokenmill.pipeline.documents import canonical_json
 from tokenmill.pipeline.stage import Processed, Stage
+from tokenmill.pipeline.stats import NO_SUBSET
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.escapes import ESCAPE_DROP_REASONS, apply_policy
 from tokenmill.stages.clean.langid import identify, mismatch
@@ -200,14 +201,14 @@ class _Stats:
         self.data: dict[str, Any] = {"docs": {}, "leaks": {}, "examples": [], "normalize": {}, "pii": {}, "languages": {}}
 
     def doc(self, source: str, subset: str | None) -> None:
-        key = subset if subset is not None else "(none)"
+        key = subset if subset is not None else NO_SUBSET
         per = self.data["docs"].setdefault(source, {})
         per[key] = per.get(key, 0) + 1
 
     def leaks(self, doc_id: str, source: str, subset: str | None, scan, outcome) -> None:
         if not scan.counts:
             return
-        entry = self.data["leaks"].setdefault(source, {}).setdefault(subset if subset is not None else "(none)", {
+        entry = self.data["leaks"].setdefault(source, {}).setdefault(subset if subset is not None else NO_SUBSET, {
             "docs_any": 0, "by_kind": {}, "repaired": 0, "dropped": 0})
         entry["docs_any"] += 1
         for kind, count in scan.counts.items():

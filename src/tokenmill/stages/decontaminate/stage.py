@@ -13,10 +13,10 @@ from typing import Any, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.manifests.stats import text_bytes
+from tokenmill.pipeline.stats import NO_SUBSET, text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
-from tokenmill.pipeline.documents import read_shard
+from tokenmill.pipeline.documents import parquet_bytes, read_shard
 from tokenmill.pipeline.map_phase import shard_name, split_and_write
 from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
@@ -31,12 +31,6 @@ CJK = ("zh", "ja")
 HITS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("subset", pa.string()),
                          ("evalset", pa.string()), ("item", pa.string()), ("field", pa.string()),
                          ("rule", pa.string()), ("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())])
-
-
-def _parquet(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
 
 
 class BuildIndex(Phase):
@@ -143,7 +137,7 @@ class Decontaminate(Phase):
         for i, matches in enumerate(_doc_matches(filled, index, ignore)):
             if not matches:
                 continue
-            subset = subsets[i] if subsets[i] is not None else "(none)"
+            subset = subsets[i] if subsets[i] is not None else NO_SUBSET
             for start, end, h in matches:
                 for evalset, item, field, rule in index.owners_with_rule(h):
                     for name, value in zip(HITS_SCHEMA.names, (ids[i], task.params["source"], subsets[i], evalset, item,
@@ -162,7 +156,7 @@ class Decontaminate(Phase):
                 reasons[i] = "contamination_left_too_little"
             else:
                 out_texts[i] = "\n\n".join(pieces)
-        ctx.write(f"_work/hits/{task.key}.parquet", _parquet(pa.table(hits, schema=HITS_SCHEMA)))
+        ctx.write(f"_work/hits/{task.key}.parquet", parquet_bytes(pa.table(hits, schema=HITS_SCHEMA)))
         out = table.set_column(table.schema.get_field_index("text"), "text", pa.array(out_texts, pa.string()))
         stats: dict[str, Any] = {"found": {s: {src: {sub: sorted(set(items)) for sub, items in subs.items()}
                                                for src, subs in per.items()} for s, per in found.items()},
@@ -191,7 +185,7 @@ class JoinHits(Phase):
         tables = [pq.read_table(storage.join(ctx.stage_dir, f"_work/hits/{name}.parquet"), filesystem=ctx.fs)
                   for name in task.params["shards"]]
         table = pa.concat_tables(tables) if tables else HITS_SCHEMA.empty_table()
-        ctx.write("hits.parquet", _parquet(table))
+        ctx.write("hits.parquet", parquet_bytes(table))
         return {"hits": table.num_rows}
 
 

@@ -26,7 +26,7 @@ from tokenmill.dedup.minhash import MinHasher
 from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
 from tokenmill.dedup.verify import verify
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import read_shard
+from tokenmill.pipeline.documents import parquet_bytes, read_shard
 from tokenmill.pipeline.map_phase import shard_name, split_and_write
 from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
@@ -39,12 +39,6 @@ log = logging.getLogger(__name__)
 
 def _doc_ref(shard_index: int, rows: np.ndarray) -> np.ndarray:
     return (np.uint64(shard_index) << np.uint64(32)) | rows.astype(np.uint64)
-
-
-def _parquet(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
 
 
 def _read_all(ctx: TaskContext, folder: str, columns=None) -> pa.Table | None:
@@ -71,7 +65,7 @@ class Signatures(Phase):
         hashes = [exact_hash(t) for t in texts]
         signatures = stage.hasher.signatures(shingles) if texts else np.zeros((0, cfg.num_perm), np.uint64)
         keys = band_keys(signatures, stage.bands, stage.rows)
-        ctx.write(f"_work/docs/{task.key}.parquet", _parquet(pa.table({
+        ctx.write(f"_work/docs/{task.key}.parquet", parquet_bytes(pa.table({
             "doc": pa.array(docs, pa.uint64()),
             "id": table.column("id"),
             "source": table.column("source"),
@@ -85,7 +79,7 @@ class Signatures(Phase):
         for p in range(stage.config.partitions):
             mask = (flat % np.uint64(stage.config.partitions)) == p
             emask = (exact_key % np.uint64(stage.config.partitions)) == p
-            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", _parquet(pa.table({
+            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", parquet_bytes(pa.table({
                 "band": pa.array(np.concatenate([band[mask], np.full(emask.sum(), EXACT_BAND, np.uint16)]), pa.uint16()),
                 "key": pa.array(np.concatenate([flat[mask], exact_key[emask]]), pa.uint64()),
                 "doc": pa.array(np.concatenate([doc_per_band[mask], docs[emask]]), pa.uint64()),
@@ -127,12 +121,12 @@ class Buckets(Phase):
             over_pairs, over_buckets = found.over_cap_pairs, found.buckets_over_cap
             exact_bytes = np.array(rows.column("exact").filter(pa.array(is_exact)).to_pylist(), dtype="S16")
             exact = exact_pairs(exact_bytes, doc[is_exact])
-        ctx.write(f"_work/pairs/{task.key}.parquet", _parquet(pa.table({
+        ctx.write(f"_work/pairs/{task.key}.parquet", parquet_bytes(pa.table({
             "a": pa.array(np.concatenate([exact[:, 0], near[:, 0]]), pa.uint64()),
             "b": pa.array(np.concatenate([exact[:, 1], near[:, 1]]), pa.uint64()),
             "exact": pa.array(np.r_[np.ones(len(exact), bool), np.zeros(len(near), bool)]),
         })))
-        ctx.write(f"_work/over_cap/{task.key}.parquet", _parquet(pa.table({
+        ctx.write(f"_work/over_cap/{task.key}.parquet", parquet_bytes(pa.table({
             "bucket": pa.array(over_bucket, pa.int64()),
             "doc": pa.array(over_doc, pa.uint64()),
         })))
@@ -196,7 +190,7 @@ class Verify(Phase):
                         "(max_comparisons_per_document = %d)", task.key, counts["pairs_not_verified"],
                         cfg.max_comparisons_per_document)
         near_edges, near_sims = _unique_edges(np.concatenate(edges), np.concatenate(sims))
-        ctx.write(f"_work/edges/{task.key}.parquet", _parquet(pa.table({
+        ctx.write(f"_work/edges/{task.key}.parquet", parquet_bytes(pa.table({
             "a": pa.array(np.r_[a[exact], near_edges[:, 0]], pa.uint64()),
             "b": pa.array(np.r_[b[exact], near_edges[:, 1]], pa.uint64()),
             "jaccard": pa.array(np.r_[np.ones(int(exact.sum())), near_sims], pa.float64()),
@@ -253,7 +247,7 @@ class Clusters(Phase):
             by_shard.setdefault(node >> 32, []).append(node)
         for index, nodes in sorted(by_shard.items()):
             nodes.sort()
-            ctx.write(f"_work/decisions/{shards[index]}.parquet", _parquet(pa.table({
+            ctx.write(f"_work/decisions/{shards[index]}.parquet", parquet_bytes(pa.table({
                 "doc": pa.array(nodes, pa.uint64()),
                 "reason": pa.array([decisions.get(n, (None,))[0] for n in nodes], pa.string()),
                 "kept_by": pa.array([ids.get(decisions[n][1]) if n in decisions else None for n in nodes], pa.string()),
@@ -261,7 +255,7 @@ class Clusters(Phase):
                 "cluster": pa.array([ids[cluster_of[n]] for n in nodes], pa.string()),
             })))
         members = sorted(cluster_of, key=lambda n: (cluster_of[n], n))
-        ctx.write("clusters.parquet", _parquet(pa.table({
+        ctx.write("clusters.parquet", parquet_bytes(pa.table({
             "cluster": pa.array([ids[cluster_of[n]] for n in members], pa.string()),
             "id": pa.array([ids[n] for n in members], pa.string()),
             "source": pa.array([sources[n] for n in members], pa.string()),

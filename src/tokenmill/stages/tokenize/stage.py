@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import xxhash
 
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import canonical_json, read_shard
+from tokenmill.pipeline.documents import parquet_bytes, canonical_json, read_shard
+from tokenmill.pipeline.stats import NO_SUBSET
 from tokenmill.pipeline.map_phase import shard_name, split_and_write
 from tokenmill.pipeline.stage import Phase, Stage, Task
 from tokenmill.pipeline.tasks import PlanContext, TaskContext
@@ -43,12 +44,6 @@ def training_sample(tables, seed: int, n: int) -> list[str]:
             elif item > heap[0]:
                 heapq.heapreplace(heap, item)
     return [text for _, _, text in sorted(heap, key=lambda x: (-x[0], x[1]))]
-
-
-def _parquet(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
 
 
 class PrepareTokenizer(Phase):
@@ -108,7 +103,7 @@ class Encode(Phase):
             bin_bytes, idx_bytes = writer.finalize()
             ctx.write(f"{stem}.bin", bin_bytes)
             ctx.write(f"{stem}.idx", idx_bytes)
-            ctx.write(f"{stem}.docs.parquet", _parquet(pa.table(side, schema=pa.schema(
+            ctx.write(f"{stem}.docs.parquet", parquet_bytes(pa.table(side, schema=pa.schema(
                 [("id", pa.string()), ("source", pa.string()), ("subset", pa.string()), ("tokens", pa.int64())]))))
             files[split].append({"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens})
             ctx.write(f"{stem}.engine", ("+".join(sorted(engines)) or "tokenizers").encode())
@@ -171,7 +166,7 @@ class WriteIndex(Phase):
                 per_source: dict[str, dict[str, Any]] = {}
                 for row in side:
                     s = per_source.setdefault(row["source"], {"documents": 0, "tokens": 0, "subsets": {}})
-                    sub = s["subsets"].setdefault(row["subset"] if row["subset"] is not None else "(none)",
+                    sub = s["subsets"].setdefault(row["subset"] if row["subset"] is not None else NO_SUBSET,
                                                   {"documents": 0, "tokens": 0})
                     for tally in (s, sub):
                         tally["documents"] += 1

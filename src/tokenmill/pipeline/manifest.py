@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from tokenmill.errors import ManifestError
-from tokenmill.manifests.stats import SourceTally, Tally, drop_table, merge_stats
+from tokenmill.pipeline.stats import SourceTally, Tally, drop_table, merge_stats
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
 

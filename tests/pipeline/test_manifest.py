@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from tokenmill.errors import ManifestError
-from tokenmill.manifests.manifest import build_content, check_conservation
-from tokenmill.manifests.stats import SourceTally, Tally, tally_table
+from tokenmill.pipeline.manifest import build_content, check_conservation
+from tokenmill.pipeline.stats import SourceTally, Tally, tally_table
 
 
 def entry(path, source, docs_in, docs_out, drops):
