@@ -28,14 +28,20 @@ _WORDS = re.compile(r"[^\W_]+")
 
 
 def english_texts() -> list[str]:
-    texts = json.load(open(SHARED / "pile" / "pearl_pile_texts.json", encoding="utf-8"))
+    texts = json.loads(Path(SHARED / "pile" / "pearl_pile_texts.json").read_text(encoding="utf-8"))
     with gzip.open(SHARED / "commoncrawl" / "dolma_CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz", "rt") as f:
         texts += [json.loads(line)["text"] for line in f]
-    for line in open(SHARED / "evalsets" / "llmfoundry_lambada_openai.jsonl", encoding="utf-8"):
+    with open(SHARED / "evalsets" / "llmfoundry_lambada_openai.jsonl", encoding="utf-8") as f:
+        lines = list(f)
+    for line in lines:
         texts.append(json.loads(line)["context"])
-    for line in open(SHARED / "evalsets" / "llmfoundry_triviaqa_sm_sub.jsonl", encoding="utf-8"):
+    with open(SHARED / "evalsets" / "llmfoundry_triviaqa_sm_sub.jsonl", encoding="utf-8") as f:
+        lines = list(f)
+    for line in lines:
         texts.append(json.loads(line)["context"])
-    for line in open(SHARED / "evalsets" / "gsm8k_test.jsonl", encoding="utf-8"):
+    with open(SHARED / "evalsets" / "gsm8k_test.jsonl", encoding="utf-8") as f:
+        lines = list(f)
+    for line in lines:
         item = json.loads(line)
         texts.append(item["question"] + "\n" + item["answer"])
     import csv
@@ -50,8 +56,8 @@ def english_texts() -> list[str]:
 
 
 def chinese_texts() -> list[str]:
-    texts = [line.split("\t", 1)[1].strip() for line in open(SHARED / "chinese" / "thucnews_cnews.val.txt", encoding="utf-8")]
-    cmrc = json.load(open(SHARED / "chinese" / "cmrc2018_dev.json", encoding="utf-8"))
+    texts = [line.split("\t", 1)[1].strip() for line in (SHARED / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").splitlines()]
+    cmrc = json.loads(Path(SHARED / "chinese" / "cmrc2018_dev.json").read_text(encoding="utf-8"))
     texts += [p["context"] for a in cmrc["data"] for p in a["paragraphs"]]
     return [t for t in dict.fromkeys(texts) if len(t) >= 200]
 

@@ -53,7 +53,7 @@ def generate(folder: Path, n_docs: int, seed: int = 0, files: int = 16) -> dict:
     rows = np.concatenate([bases, np.array(copy_rows, dtype=np.int32)]) if copy_rows else bases
     order = rng.permutation(len(rows))  # spread copies over files and shards
     folder.mkdir(parents=True, exist_ok=True)
-    handles = [open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(files)]
+    handles = [open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(files)]  # noqa: SIM115 - closed below
     vocab_arr = np.array(vocab, dtype=object)
     for k, index in enumerate(order.tolist()):
         words = vocab_arr[rows[index]]

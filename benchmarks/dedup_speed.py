@@ -13,6 +13,7 @@ import platform
 import sys
 import tempfile
 import time
+from pathlib import Path
 from importlib import metadata
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # rensa's bulk paths may use a thread pool: one core for all
@@ -33,7 +34,7 @@ def make_docs(count: int, size: int = 2048) -> list[str]:
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_format_files(tmp, "jsonl", count * size * 2 + 1_000_000)
-        texts = [json.loads(line)["text"] for path in paths for line in open(path, encoding="utf-8")]
+        texts = [json.loads(line)["text"] for path in paths for line in Path(path).read_text(encoding="utf-8").splitlines()]
     docs, current = [], []
     length = 0
     for word in " ".join(texts).split(" "):

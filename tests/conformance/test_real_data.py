@@ -127,9 +127,12 @@ def read_megatron(prefix: Path) -> list[np.ndarray]:
     dtype = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
              8: np.uint16}[code]
     at = 34
-    lengths = np.frombuffer(raw, "<i4", n_seq, at); at += 4 * n_seq
-    pointers = np.frombuffer(raw, "<i8", n_seq, at); at += 8 * n_seq
-    docs = np.frombuffer(raw, "<i8", n_doc, at); at += 8 * n_doc
+    lengths = np.frombuffer(raw, "<i4", n_seq, at)
+    at += 4 * n_seq
+    pointers = np.frombuffer(raw, "<i8", n_seq, at)
+    at += 8 * n_seq
+    docs = np.frombuffer(raw, "<i8", n_doc, at)
+    at += 8 * n_doc
     assert at == len(raw), f"{prefix}.idx: {len(raw) - at} trailing bytes"
     assert docs.tolist() == list(range(n_seq + 1)), "one sequence per document"
     itemsize = np.dtype(dtype).itemsize
@@ -484,7 +487,9 @@ def test_every_dedup_removal_has_a_verified_partner(run):
             problems.append(f"{key}: removed by {r['removed_by']!r}, not a kept member of cluster {r['cluster']}")
             continue
         a, b = texts[key], texts[partner]
-        size = lambda row: n[1] if (row["lang"] or "").split("-")[0] in ("zh", "ja", "th") else n[0]
+        def size(row):
+            return n[1] if (row["lang"] or "").split("-")[0] in ("zh", "ja", "th") else n[0]
+
         jac = _jaccard(_shingles(a["text"], a["lang"], size(a)), _shingles(b["text"], b["lang"], size(b)))
         if r["reason"] == "exact_duplicate":
             same = _WORD.findall(a["text"].lower()) == _WORD.findall(b["text"].lower())

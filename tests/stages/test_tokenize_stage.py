@@ -4,6 +4,7 @@ text, the valid split is disjoint and stable under resharding, and worker count 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -24,8 +25,8 @@ def corpus(tmp_path_factory):
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real-data samples not found at {SHARED_DATA}")
     root = tmp_path_factory.mktemp("tok")
-    pile = json.load(open(SHARED_DATA / "pile" / "pearl_pile_texts.json", encoding="utf-8"))[:150]
-    zh = [line.split("\t", 1)[1].rstrip("\n") for line in open(SHARED_DATA / "chinese" / "thucnews_cnews.val.txt", encoding="utf-8")][:60]
+    pile = json.loads(Path(SHARED_DATA / "pile" / "pearl_pile_texts.json").read_text(encoding="utf-8"))[:150]
+    zh = [line.split("\t", 1)[1].rstrip("\n") for line in (SHARED_DATA / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").splitlines(keepends=True)][:60]
     docs = [{"id": f"p{i}", "text": t} for i, t in enumerate(pile)]
     docs.append({"id": "eot", "text": "A forum post that writes <|endoftext|> in the middle of a sentence."})
     write_jsonl(root / "en.jsonl", docs)

@@ -40,7 +40,7 @@ def test_special_token_text_is_ordinary_text(gpt2):
 
 def test_round_trip_chinese_and_pile(gpt2, shared_data):
     tok = gpt2[1]
-    zh = [line.split("\t", 1)[1] for line in open(shared_data / "chinese" / "thucnews_cnews.val.txt", encoding="utf-8")][:50]
+    zh = [line.split("\t", 1)[1] for line in (shared_data / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").splitlines(keepends=True)][:50]
     texts = pile_texts(shared_data, 100) + zh
     for text, ids in zip(texts, tok.encode_documents(texts)):
         assert tok.decode(ids[:-1]) == text
@@ -82,7 +82,7 @@ def test_special_token_strings_stay_text_beside_added_tokens(neox):
 
     from tokenmill.tokenize.tokenizer import _loaded
 
-    tok = pickle.loads(pickle.dumps(_loaded(neox, "<|endoftext|>")))  # as a Ray worker receives it
+    tok = pickle.loads(pickle.dumps(_loaded(neox, "<|endoftext|>")))  # noqa: S301 - our own object, as a Ray worker receives it
     doc = "x  <|padding|>  <|endoftext|>  y"
     (ids,) = tok.encode_documents([doc])
     specials = {neox.token_to_id("<|padding|>"), tok.eos_id}

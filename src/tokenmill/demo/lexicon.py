@@ -69,7 +69,7 @@ def _shared_en() -> dict[str, list[str]]:
     first = _split(words_en.FIRST_NAMES)
     last = _split(words_en.LAST_NAMES)
     months = _split(words_en.MONTHS)
-    full_names = [f"{f} {l}" for f in first for l in last]
+    full_names = [f"{given} {family}" for given in first for family in last]
     years = [str(y) for y in range(1890, 2025)]
     # Dates mix recent and historical years; day 1..28 keeps every month valid.
     dates = [f"{months[i % 12]} {1 + (i * 7) % 28}, {1950 + (i * 13) % 75}" for i in range(1200)]

@@ -86,12 +86,12 @@ def wet_text(site: Site, title: str, paragraphs: list[str], date: str, author: s
 
 def _block_html(paragraph: str) -> str:
     lines = paragraph.split("\n")
-    items = [l for l in lines[1:] if l.startswith("- ") or l[:1].isdigit()]
+    items = [line for line in lines[1:] if line.startswith("- ") or line[:1].isdigit()]
     if len(lines) > 1 and len(items) == len(lines) - 1:  # an intro line and a list
         tag = "ul" if items[0].startswith("- ") else "ol"
-        lis = "".join(f"<li>{escape(l.split(' ', 1)[1], quote=False)}</li>" for l in items)
+        lis = "".join(f"<li>{escape(item.split(' ', 1)[1], quote=False)}</li>" for item in items)
         return f"<p>{escape(lines[0], quote=False)}</p>\n<{tag}>{lis}</{tag}>"
-    return "<p>" + "<br>\n".join(escape(l, quote=False) for l in lines) + "</p>"
+    return "<p>" + "<br>\n".join(escape(line, quote=False) for line in lines) + "</p>"
 
 
 def html_page(site: Site, url_path: str, title: str, paragraphs: list[str], date: tuple[str, str], author: str,

@@ -58,7 +58,7 @@ class _Previews:
             from tokenizers import Tokenizer
 
             self.decode = Tokenizer.from_file(tokenizer_file).decode
-        except Exception:  # no tokenizers, or no tokenizer file: show ids instead
+        except Exception:  # noqa: BLE001 - no tokenizers, or no tokenizer file: show ids instead
             self.decode = None
 
     def __call__(self, ids, width: int) -> str:

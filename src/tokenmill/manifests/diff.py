@@ -239,8 +239,9 @@ def shard_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str,
         if x.get("content_hash") != y.get("content_hash"):
             changed.append({"path": path, "source": x["source"], "a_hash": x.get("content_hash"),
                             "b_hash": y.get("content_hash"), "a_docs": x["docs_out"], "b_docs": y["docs_out"]})
-    only = lambda mine, other: [{"path": p, "source": mine[p]["source"], "docs": mine[p]["docs_out"]}
-                                for p in sorted(set(mine) - set(other))]
+    def only(mine, other):
+        return [{"path": p, "source": mine[p]["source"], "docs": mine[p]["docs_out"]} for p in sorted(set(mine) - set(other))]
+
     return {"changed": changed, "only_in_a": only(sa, sb), "only_in_b": only(sb, sa)}
 
 

@@ -382,7 +382,7 @@ def _tokenizer_problems(config: RunConfig) -> list[str]:
             load_gpt2_files(str(config.resolve(spec.encoder)), str(config.resolve(spec.merges)), tok.eos_token)
     except ConfigError as err:
         return [f"  {err}"]
-    except Exception as err:  # tokenizers raises bare Exceptions for files that are not what they claim
+    except Exception as err:  # noqa: BLE001 - tokenizers raises bare Exceptions for files that are not what they claim
         return [f"  stages.tokenize.tokenizer: {spec.encoder!r} and {spec.merges!r} are not GPT-2 encoder.json "
                 f"and vocab.bpe files: {err}"]
     return []

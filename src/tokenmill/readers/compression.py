@@ -140,7 +140,7 @@ def open_binary(path: str, zstd_window_log: int = DEFAULT_WINDOW_LOG) -> BinaryI
     """A buffered byte stream of the file's content, decompressed by what its first bytes announce (by its
     suffix when they announce nothing: see `compression_of`). Reading bzip2, xz or lz4 data raises CorruptStream
     naming it."""
-    raw = open(path, "rb")
+    raw = open(path, "rb")  # noqa: SIM115 - returned inside the decompressing stream, closed with it
     try:
         head = raw.read(16)
         raw.seek(0)

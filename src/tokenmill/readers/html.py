@@ -182,7 +182,7 @@ def decode_content(payload: bytes, encoding: str, limit: int) -> bytes:
                 raise zlib.error(f"unknown coding {coding!r}")
         except PayloadProblem:
             raise
-        except Exception as err:  # zlib.error, brotli.error
+        except Exception as err:  # noqa: BLE001 - zlib.error, brotli.error
             if payload[:2] == b"\x1f\x8b" or _looks_binary(payload):
                 raise PayloadProblem("bad_http", f"Content-Encoding {coding} does not decode: {err}") from None
             break  # stored decoded under the original header

@@ -237,7 +237,7 @@ def read_warc(path: str, source, display: str) -> Iterator[Record]:
         meta["extractor"] = options.extractor
         try:
             text = extract(html, meta["url"])
-        except Exception as err:  # a parser failure on one page must not end the file
+        except Exception as err:  # noqa: BLE001 - a parser failure on one page must not end the file
             return Record(index, html[:PREVIEW_CHARS], doc_id, meta=meta, drop="extraction_failed",
                           message=f"{where}: {options.extractor} failed: {type(err).__name__}: {err}")
         if not text.strip():

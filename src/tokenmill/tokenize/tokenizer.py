@@ -66,7 +66,7 @@ def load_tokenizer(path: str, eos_token: str = EOS) -> LoadedTokenizer:
     """From a `tokenizer.json` (HF tokenizers); anything else is a ConfigError naming the file."""
     try:
         tokenizer = Tokenizer.from_file(path)
-    except Exception as err:  # tokenizers raises a bare Exception for a file that is not a tokenizer
+    except Exception as err:  # noqa: BLE001 - tokenizers raises a bare Exception for a file that is not a tokenizer
         raise ConfigError(f"stages.tokenize.tokenizer: {path} is not a tokenizer.json: {err}") from None
     return _loaded(tokenizer, eos_token)
 

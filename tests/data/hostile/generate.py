@@ -140,7 +140,7 @@ def gzip_zeros(path: Path, size: int) -> None:
 def long_line(path: Path, size: int, prefix: bytes = b'{"text": "', compress: bool = False) -> None:
     """One line of `size` bytes and no newline at all."""
     chunk = b"a" * MiB
-    f = open(path, "wb")
+    f = open(path, "wb")  # noqa: SIM115 - closed by `with w`, the stream writer closes what it wraps
     w = zstandard.ZstdCompressor(level=1).stream_writer(f) if compress else f
     with w:
         w.write(prefix)

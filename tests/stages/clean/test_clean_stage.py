@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -137,9 +138,9 @@ def test_identity_holds_the_blocklist_content_not_its_path(tmp_path):
 
 def _zh_rows(shared_data):
     rows = []
-    for i, line in enumerate(open(shared_data / "chinese" / "thucnews_cnews.val.txt", encoding="utf-8")):
+    for i, line in enumerate((shared_data / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").splitlines()):
         rows.append((f"thuc-{i}", line.split("\t", 1)[1].rstrip("\n"), "news"))
-    cmrc = json.load(open(shared_data / "chinese" / "cmrc2018_dev.json", encoding="utf-8"))
+    cmrc = json.loads(Path(shared_data / "chinese" / "cmrc2018_dev.json").read_text(encoding="utf-8"))
     for article in cmrc["data"]:
         for p in article["paragraphs"]:
             rows.append((p["id"], p["context"], "cmrc"))

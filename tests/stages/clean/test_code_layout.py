@@ -149,8 +149,8 @@ def test_web_code_indented_with_no_break_spaces_keeps_its_columns(shared_data):
     path = shared_data / "commoncrawl" / "dolma_CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz"
     import gzip
 
-    text = next(r["text"] for r in map(json.loads, gzip.open(path, "rt", encoding="utf-8"))
-                if "<div id=\"turtle\"" in r["text"])
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        text = next(r["text"] for r in map(json.loads, f) if "<div id=\"turtle\"" in r["text"])
     line = next(line for line in text.split("\n") if line.startswith("  3. \xa0"))
     out, kept = whitespace_layout(text)
     assert kept == "document"

@@ -6,6 +6,7 @@ the rule can check is found, by the rule it says, and the others are counted as 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ def real_fields():
         pytest.skip(f"real-data samples not found at {SHARED_DATA} (they sit beside the repository in CI)")
     fields = [(name, f.item, f.field, f.text, "en") for name, rel, fmt in SETS
               for f in load_evalset(EvalSetConfig(name=name, path=rel, format=fmt), str(SHARED_DATA / rel))]
-    hosts = [t for t in json.load(open(SHARED_DATA / "pile" / "pearl_pile_texts.json", encoding="utf-8"))
+    hosts = [t for t in json.loads(Path(SHARED_DATA / "pile" / "pearl_pile_texts.json").read_text(encoding="utf-8"))
              if len(t) > 1500]
     return fields, hosts
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -25,24 +26,24 @@ EVALSETS = [("gsm8k", "gsm8k_test.jsonl", "gsm8k"), ("hellaswag", "hellaswag_val
 
 
 def corpus(root, shared, plants: bool):
-    web = json.load(open(shared / "pile" / "pearl_pile_texts.json", encoding="utf-8"))[:600]
+    web = json.loads(Path(shared / "pile" / "pearl_pile_texts.json").read_text(encoding="utf-8"))[:600]
     with gzip.open(shared / "commoncrawl" / "dolma_CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz", "rt") as f:
         web += [t for t in (json.loads(line)["text"] for line in f) if t.strip()]
     docs = [{"id": f"web{i}", "text": t} for i, t in enumerate(web)]
-    zh = [line.split("\t", 1)[1].strip() for line in open(shared / "chinese" / "thucnews_cnews.val.txt", encoding="utf-8")][:150]
+    zh = [line.split("\t", 1)[1].strip() for line in (shared / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").splitlines()][:150]
     zh_docs = [{"id": f"zh{i}", "text": t} for i, t in enumerate(zh)]
     planted = {}
     if plants:
-        book = open(shared / "dups" / "textreuse_ats" / "gospeltruth00whit.txt", encoding="utf-8", errors="replace").read().split()
+        book = (shared / "dups" / "textreuse_ats" / "gospeltruth00whit.txt").read_text(encoding="utf-8", errors="replace").split()
         rng = random.Random(3)
 
         def filler(n=450):
             start = rng.randrange(len(book) - n)
             return " ".join(book[start:start + n])
 
-        gsm = [json.loads(line) for line in open(shared / "evalsets" / "gsm8k_test.jsonl", encoding="utf-8")]
-        lam = [json.loads(line) for line in open(shared / "evalsets" / "llmfoundry_lambada_openai.jsonl", encoding="utf-8")]
-        arc = [json.loads(line) for line in open(shared / "evalsets" / "llmfoundry_arc_easy.jsonl", encoding="utf-8")]
+        gsm = [json.loads(line) for line in (shared / "evalsets" / "gsm8k_test.jsonl").read_text(encoding="utf-8").splitlines()]
+        lam = [json.loads(line) for line in (shared / "evalsets" / "llmfoundry_lambada_openai.jsonl").read_text(encoding="utf-8").splitlines()]
+        arc = [json.loads(line) for line in (shared / "evalsets" / "llmfoundry_arc_easy.jsonl").read_text(encoding="utf-8").splitlines()]
         question = gsm[5]["question"]
         docs.append({"id": "p-verbatim", "text": filler() + "\n\n" + question})
         shouted = gsm[9]["question"].upper().replace(" ", "   ")
@@ -54,7 +55,7 @@ def corpus(root, shared, plants: bool):
         common = next(q["query"] for q in arc if len(q["query"].split()) >= 16).removeprefix("Question: ")
         for i in range(11):  # in 11 documents: a common phrase by the cap of 10, kept everywhere
             docs.append({"id": f"p-common{i}", "text": filler() + " " + common + " " + filler()})
-        cmrc = json.load(open(shared / "chinese" / "cmrc2018_dev.json", encoding="utf-8"))
+        cmrc = json.loads(Path(shared / "chinese" / "cmrc2018_dev.json").read_text(encoding="utf-8"))
         zh_question = next(q["question"] for a in cmrc["data"] for p in a["paragraphs"] for q in p["qas"]
                            if len(q["question"]) >= 16)
         zh_docs.append({"id": "p-zh", "text": zh[0][:300] + zh_question + zh[0][300:]})
