@@ -235,14 +235,25 @@ def test_files_that_disagree_with_tokens_json(tmp_path):
 
 
 def test_bad_weights_and_paths(data, tmp_path):
-    with pytest.raises(ValueError, match="unknown stream"):
-        TokenLoader([data], seq_len=SEQ, global_batch_size=4, weights={"delta": 1})
-    with pytest.raises(ValueError, match="no weight for stream 'gamma'"):
-        TokenLoader([data], seq_len=SEQ, global_batch_size=4, weights={"alpha": 1, "beta": 1})
+    with pytest.raises(ValueError, match=r"unknown stream\(s\) \['delta'\]; the streams are \['alpha', 'beta', 'gamma'\]"):
+        TokenLoader([data], seq_len=SEQ, global_batch_size=4, weights={"alpha": 1, "delta": 1})
     with pytest.raises(DataError, match="no such tokens.json"):
         TokenLoader([tmp_path / "missing.json"], seq_len=SEQ, global_batch_size=4)
     with pytest.raises(DataError, match="fewer than seq_len"):
         TokenLoader([data], seq_len=10**7, global_batch_size=4, weights={"alpha": 1, "beta": 0, "gamma": 0})
+
+
+def test_weights_naming_some_streams_leave_the_others_out(data):
+    """The README's example names three of the demo's nine streams: the others get weight 0 (used to raise)."""
+    named = TokenLoader([data], seq_len=SEQ, global_batch_size=8, weights={"alpha": 3, "beta": 1})
+    explicit = TokenLoader([data], seq_len=SEQ, global_batch_size=8, weights={"alpha": 3, "beta": 1, "gamma": 0})
+    assert named.weights["gamma"] == 0 and named.weights["alpha"] == 3
+    assert named.state_dict()["weights"] == explicit.state_dict()["weights"]
+    rows = _rows(_take(named, 30))
+    assert rows == _rows(_take(explicit, 30))
+    tokens = {t for row in rows for t in row}
+    assert not any(2001 <= t <= 2040 for t in tokens)  # gamma's documents are made of these tokens
+    assert any(1 <= t <= 120 for t in tokens) and any(1001 <= t <= 1080 for t in tokens)
 
 
 def test_two_datasets_mix_by_dataset_weights(tmp_path):

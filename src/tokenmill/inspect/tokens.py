@@ -5,7 +5,6 @@ run's own ``tokenizer.json`` (HF ``tokenizers``), so what the loader will feed c
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -14,14 +13,20 @@ import pyarrow.parquet as pq
 
 from tokenmill.errors import TokenmillError
 from tokenmill.inspect.runs import stage_dir
+from tokenmill.tokenize import tokens_json
+
+
+def _index(run) -> tokens_json.TokensIndex:
+    path = stage_dir(run, "tokenize") / tokens_json.FILE
+    if not path.is_file():
+        raise TokenmillError(f"{path} does not exist: the tokenize stage has not completed")
+    return tokens_json.read(path)
 
 
 def token_index(run=None) -> dict:
-    """``tokenize/tokens.json``: per split its files (prefix, documents, tokens, by_source), the tokenizer, dtype."""
-    path = stage_dir(run, "tokenize") / "tokens.json"
-    if not path.is_file():
-        raise TokenmillError(f"{path} does not exist: the tokenize stage has not completed")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """``tokenize/tokens.json``: per split its files (prefix, documents, tokens, by_source), the tokenizer, dtype
+    (validated by ``tokenmill.tokenize.tokens_json``)."""
+    return _index(run).data
 
 
 def token_counts(run=None) -> list[dict]:
@@ -38,12 +43,11 @@ def token_counts(run=None) -> list[dict]:
 
 def _sidecars(run, split: str | None) -> list[tuple[str, str, Path]]:
     """(split, prefix, sidecar path) of every token file, in the index's order."""
-    folder = stage_dir(run, "tokenize")
-    splits = token_index(run)["splits"]
-    if split is not None and split not in splits:
-        raise TokenmillError(f"no split {split!r} in {folder / 'tokens.json'}; splits: {', '.join(splits)}")
-    return [(sp, f["prefix"], folder / (f["prefix"] + ".docs.parquet"))
-            for sp, entry in splits.items() if split in (None, sp) for f in entry["files"]]
+    index = _index(run)
+    if split is not None and split not in index.splits:
+        raise TokenmillError(f"no split {split!r} in {index.path}; splits: {', '.join(index.splits)}")
+    return [(sp, f["prefix"], index.folder / (f["prefix"] + ".docs.parquet"))
+            for sp, entry in index.splits.items() if split in (None, sp) for f in entry["files"]]
 
 
 def document_lengths(run=None, split: str | None = "train") -> dict[str, np.ndarray]:
@@ -77,8 +81,8 @@ def tokenizer(run=None):
     from tokenmill.loader.verify import file_sha256
     from tokenmill.tokenize.tokenizer import load_tokenizer
 
-    info = token_index(run)["tokenizer"]
-    path = stage_dir(run, "tokenize") / info.get("file", "tokenizer.json")
+    index = _index(run)
+    info, path = index.tokenizer, index.tokenizer_path
     if not path.is_file():
         raise TokenmillError(f"{path} does not exist: tokens.json names it as the run's tokenizer")
     digest = file_sha256(path)
@@ -97,17 +101,15 @@ def verify_token_files(run=None, on_file=None) -> list[dict]:
     """
     import time
 
-    from tokenmill.loader import DataError
     from tokenmill.loader.verify import Check, cache_dir, verify_file
 
-    folder = stage_dir(run, "tokenize")
-    index = token_index(run)
-    tok = index.get("tokenizer", {})
-    checks = [("-", Check(folder / tok.get("file", "tokenizer.json"), str(tok.get("sha256", ""))))]
-    for split, entry in index["splits"].items():
+    index = _index(run)
+    folder = index.folder
+    checks = [("-", Check(index.tokenizer_path, str(index.tokenizer.get("sha256", ""))))]
+    for split, entry in index.splits.items():
         for f in entry["files"]:
-            for ext, sha in sorted((f.get("sha256") or {}).items()):
-                checks.append((split, Check(folder / (f["prefix"] + ext), str(sha))))
+            for ext, sha in sorted(f["sha256"].items()):
+                checks.append((split, Check(folder / (f["prefix"] + ext), sha)))
     cache, rows = cache_dir(), []
     for split, check in checks:
         t0 = time.perf_counter()
@@ -115,7 +117,7 @@ def verify_token_files(run=None, on_file=None) -> list[dict]:
             # Token files get a marker; the tokenizer is read by `tokens stats`, which hashes it every time.
             verify_file(check, cache if check.path.suffix in (".bin", ".idx") else None, use_markers=False)
             error = None
-        except DataError as err:
+        except tokens_json.DataError as err:
             error = str(err)
         size = check.path.stat().st_size if check.path.is_file() else None
         rows.append({"split": split, "file": str(check.path.relative_to(folder)), "bytes": size, "ok": error is None,

@@ -106,7 +106,8 @@ class TokenLoader:
     """Micro-batches ``{"input_ids", "labels"[, "position_ids"]}`` (LongTensor[micro_batch_size, seq_len]) forever.
 
     Args:
-        paths: `tokens.json` files (or the folders holding them); their streams are mixed by ``weights``.
+        paths: `tokens.json` files (or the folders holding them, or run folders); their streams are mixed by
+            ``weights``.
         seq_len: tokens per sample; each sample reads ``seq_len + 1`` tokens (labels are inputs shifted by one).
         global_batch_size: samples per optimizer step, over all ranks.
         micro_batch_size: samples per yielded batch on this rank (default ``global_batch_size // world_size``);
@@ -116,7 +117,8 @@ class TokenLoader:
         num_workers: DataLoader worker processes building micro-batches ahead (0: in this process).
         weights: None (each stream in proportion to its samples), ``{stream: weight}`` (stream names are the source
             names, ``"<i>/<source>"`` with several datasets, or a source name for all its streams), or one weight
-            per path. A weight of 0 leaves a stream out.
+            per path. A weight of 0 leaves a stream out, and so does leaving it out of the mapping: name only the
+            streams to serve. A name that matches no stream is a ValueError naming it.
         split: the tokenize split to read (``train`` or ``valid``).
         shuffle: False serves each stream in order (samples 0, 1, 2, ...).
         position_ids: also yield position ids that restart at every document start.

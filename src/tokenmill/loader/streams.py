@@ -17,14 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenmill.errors import TokenmillError
+from tokenmill.tokenize import tokens_json
 from tokenmill.tokenize.indexed import IndexedReader
+from tokenmill.tokenize.tokens_json import DataError
 
 OPEN_FILES = 128
-
-
-class DataError(TokenmillError, ValueError):
-    """The token data on disk is missing, malformed, or disagrees with its `tokens.json`."""
 
 
 @dataclass(frozen=True)
@@ -168,40 +165,21 @@ def load_streams(paths: list[str | Path], split: str) -> tuple[list[TokenStream]
     streams: list[TokenStream] = []
     info: dict = {}
     for d, raw in enumerate(paths):
-        path = Path(raw)
-        if path.is_dir():
-            path = path / "tokens.json"
-        try:
-            index = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"{path}: no such tokens.json (the tokenize stage writes <run>/tokenize/tokens.json)") \
-                from None
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: not a readable tokens.json: {exc}") from None
-        if not isinstance(index, dict) or index.get("format") != "megatron-mmidx" or "splits" not in index:
-            raise DataError(f"{path}: not a tokenmill tokens.json (format megatron-mmidx expected)")
-        tok = index.get("tokenizer", {})
-        this = {"vocab_size": tok.get("vocab_size"), "eos_id": tok.get("eos_id"), "dtype": index.get("dtype")}
+        index = tokens_json.read(raw)
+        tok = index.tokenizer
+        this = {"vocab_size": tok["vocab_size"], "eos_id": tok["eos_id"], "dtype": index.data["dtype"]}
         if info and {k: info[k] for k in this} != this:
-            raise DataError(f"{path}: tokenizer {this} differs from {paths[0]}'s {dict((k, info[k]) for k in this)}; "
-                            "datasets mixed in one loader must share a tokenizer")
-        info = {**this, "tokenizer_sha256": tok.get("sha256"), "tokenizer_file": str(path.parent / tok.get("file",
-                "tokenizer.json"))}
-        splits = index["splits"]
-        if split not in splits:
-            raise DataError(f"{path}: no split {split!r} (has {sorted(splits)})")
+            raise DataError(f"{index.path}: tokenizer {this} differs from {paths[0]}'s "
+                            f"{dict((k, info[k]) for k in this)}; datasets mixed in one loader must share a tokenizer")
+        info = {**this, "tokenizer_sha256": tok.get("sha256"), "tokenizer_file": str(index.tokenizer_path)}
         by_source: dict[str, list[TokenFile]] = {}
-        for entry in splits[split]["files"]:
-            sources = sorted(entry.get("by_source", {})) or ["(unknown)"]
-            prefix = str(entry.get("prefix", ""))
-            if not prefix or prefix.startswith(("/", "\\")) or ".." in prefix.replace("\\", "/").split("/"):
-                # An edited index must not make the loader read files outside the tokenize folder.
-                raise DataError(f"{path}: file prefix {prefix!r:.200} is not a path inside {path.parent}")
-            hashes = entry.get("sha256") or {}
-            f = TokenFile(path.parent / prefix, int(entry["tokens"]), int(entry["documents"]),
-                          str(hashes.get(".bin", "")), str(hashes.get(".idx", "")))
+        for entry in index.files(split):
+            sources = sorted(entry["by_source"]) or ["(unknown)"]
+            hashes = entry["sha256"]
+            f = TokenFile(index.prefix_path(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
+                          hashes.get(".idx", ""))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
             name = source if len(paths) == 1 else f"{d}/{source}"
-            streams.append(TokenStream(name, d, source, by_source[source], np.dtype(index["dtype"])))
+            streams.append(TokenStream(name, d, source, by_source[source], index.dtype))
     return streams, info

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from tokenmill.tokenize.tokens_json import DataError
+
 log = logging.getLogger(__name__)
 
 VERIFIED_CACHE_ENV = "TOKENMILL_VERIFIED_CACHE"
@@ -75,7 +77,6 @@ def _mismatch(path: Path, digest: str, expected: str) -> str:
 def verify_file(check: Check, cache: Path | None = None, *, use_markers: bool = True) -> bool:
     """Raise ``DataError`` naming the file unless it hashes to ``check.sha256``. True when it was hashed, False when
     a marker of this node showed it verified with the same metadata. Writes the marker on success."""
-    from tokenmill.loader.streams import DataError
 
     path = check.path
     try:
@@ -120,7 +121,6 @@ def _lock(f) -> None:
 
 
 def _hash_and_compare(check: Check) -> bool:
-    from tokenmill.loader.streams import DataError
 
     try:
         digest = file_sha256(check.path)

@@ -11,6 +11,16 @@ log = logging.getLogger(__name__)
 
 
 def resolve_weights(streams: list[TokenStream], seq_len: int, weights, n_datasets: int) -> dict[str, float]:
+    """{stream name: weight} from ``weights`` (`TokenLoader`'s argument):
+
+    - None: each stream in proportion to its samples (a stream shorter than one sample is left out, warned);
+    - {name: weight}: a name is a stream (``<source>``, or ``<i>/<source>`` with several datasets) or a source (all
+      its streams, split by their samples); streams the mapping does not name get weight 0, that is are left out,
+      and a name that matches no stream is a ValueError naming it and the streams there are;
+    - one weight per dataset, split among its streams by their samples.
+
+    A stream with a positive weight and fewer than ``seq_len + 1`` tokens is a DataError, as is no stream to serve.
+    """
     samples = {s.name: s.samples(seq_len) for s in streams}
     if weights is None:
         out = {name: float(n) for name, n in samples.items()}
@@ -32,7 +42,10 @@ def resolve_weights(streams: list[TokenStream], seq_len: int, weights, n_dataset
                 share = sum(samples[t.name] for t in streams if t.source == s.source)
                 out[s.name] = float(weights[s.source]) * (samples[s.name] / share if share else 0.0)
             else:
-                raise ValueError(f"weights: no weight for stream {s.name!r} (give it 0 to leave it out)")
+                out[s.name] = 0.0  # not named: left out (a name that matches no stream is refused above)
+        left_out = sorted(name for name, w in out.items() if w == 0)
+        if left_out:
+            log.info("weights: streams %s are not named or weighted 0 and are left out", ", ".join(left_out))
     elif isinstance(weights, Sequence) and not isinstance(weights, str):
         if len(weights) != n_datasets:
             raise ValueError(f"weights: {len(weights)} weights for {n_datasets} datasets")

@@ -1,0 +1,112 @@
+"""`tokenmill tokenizer train`, `tokenmill tokens stats` and `tokenmill tokens verify`: the tokenize stage's tokenizer
+and token files from the command line. Each takes the parsed arguments, prints, returns an exit code and raises
+``TokenmillError`` on what the user can fix; `tokenmill.cli` declares their arguments."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tokenmill.errors import TokenmillError
+from tokenmill.tokenize import tokens_json
+
+
+def _console(width: int | None = None, stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=True) if stderr else Console(width=max(Console().width, width or 0))
+
+
+def tokenizer_train(args: argparse.Namespace) -> int:
+    """`tokenmill tokenizer train CONFIG`: only the tokenizer, from the tokenize stage's input, saved as a file."""
+    from tokenmill.pipeline import storage
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.documents import read_shard
+    from tokenmill.pipeline.manifest import read_manifest
+    from tokenmill.pipeline.registry import build_stages
+
+    config = load_config(args.config)
+    stages = build_stages(config)
+    names = [s.name for s in stages]
+    if "tokenize" not in names:
+        raise TokenmillError("tokenizer train: the config has no stages.tokenize")
+    stage = stages[names.index("tokenize")]
+    previous = names[names.index("tokenize") - 1]
+    fs, root = storage.filesystem_for(config.output_location)
+    manifest = read_manifest(fs, storage.join(root, previous))
+    if manifest is None:
+        raise TokenmillError(f"tokenizer train reads the output of {previous!r}, which has not completed: run it first")
+    tables = (read_shard(storage.join(root, previous, s["path"]), fs) for s in manifest["content"]["shards"])
+    tok = stage.make_tokenizer(tables)
+    out = Path(args.out) if args.out else config.output_dir / tokens_json.TOKENIZER_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(tok.tokenizer.to_str(), encoding="utf-8")  # the bytes the stage writes
+    _console(stderr=True).print(f"tokenizer: vocab {tok.vocab_size:,}, end-of-text id {tok.eos_id}, sha256 "
+                                f"{tok.sha256[:12]}; saved to {out}")
+    return 0
+
+
+def tokens_stats(args: argparse.Namespace) -> int:
+    """`tokenmill tokens stats RUN`: tokens per source and split, document length percentiles, a few decoded
+    documents."""
+    import random
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tokenmill.inspect.tokens import tokenizer
+    from tokenmill.tokenize.indexed import IndexedReader
+
+    path = Path(args.run) / "tokenize" / tokens_json.FILE
+    if not path.is_file():
+        raise TokenmillError(f"{path} does not exist: run the tokenize stage first")
+    index = tokens_json.read(path)
+    tok = tokenizer(args.run)  # only the one whose sha256 tokens.json records
+    out = _console(100)
+    table = Table(title=f"tokens in {args.run}", title_justify="left")
+    for col in ("split", "source", "documents", "tokens", "p10", "p50", "p90", "p99"):
+        table.add_column(col, justify="left" if col in ("split", "source") else "right")
+    samples = []
+    for split, entry in index.splits.items():
+        lengths: dict[str, list[int]] = {}
+        for f in entry["files"]:
+            side = pq.read_table(f"{index.prefix_path(f)}.docs.parquet", columns=["source", "tokens"]).to_pylist()
+            for row in side:
+                lengths.setdefault(row["source"], []).append(row["tokens"])
+            samples.append(f["prefix"])
+        for source, values in sorted(lengths.items()):
+            p = np.percentile(values, [10, 50, 90, 99]).astype(int)
+            table.add_row(escape(split), escape(source), f"{len(values):,}", f"{sum(values):,}", *(f"{x:,}" for x in p))
+    out.print(table)
+    out.print(f"tokenizer: vocab {index.tokenizer['vocab_size']:,}, end-of-text id {index.tokenizer['eos_id']}, "
+              f"dtype {index.dtype}")
+    rng = random.Random(args.seed)
+    for prefix in rng.sample(samples, min(args.decode, len(samples))):
+        reader = IndexedReader(str(index.folder / prefix))
+        if len(reader):
+            seq = reader[rng.randrange(len(reader))]
+            out.print(f"[bold]{escape(prefix)}[/] ({len(seq)} tokens): [dim]{escape(repr(tok.decode(seq[:80])))}...[/]")
+    return 0
+
+
+def tokens_verify(args: argparse.Namespace) -> int:
+    """`tokenmill tokens verify RUN`: every file tokens.json records, hashed again and compared."""
+    from tokenmill.inspect.tokens import verify_token_files
+
+    def show(row: dict) -> None:
+        if not row["ok"] or args.verbose:
+            print(f"{'ok' if row['ok'] else 'MISMATCH':8} {row['file']}" + ("" if row["ok"] else f": {row['error']}"),
+                  file=sys.stderr)
+
+    rows = verify_token_files(args.run, on_file=show)
+    bad = [r["file"] for r in rows if not r["ok"]]
+    size = sum(r["bytes"] or 0 for r in rows)
+    seconds = sum(r["seconds"] for r in rows)
+    print(f"{len(rows) - len(bad)} of {len(rows)} files match tokens.json ({size / 1e6:,.1f} MB in {seconds:.1f} s)")
+    if bad:
+        raise TokenmillError(f"{len(bad)} files differ from the sha256 tokens.json records: {', '.join(bad[:10])}"
+                             f"{' ...' if len(bad) > 10 else ''}; restore them or rerun the tokenize stage")
+    return 0

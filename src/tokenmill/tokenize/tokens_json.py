@@ -1,0 +1,215 @@
+"""`tokens.json`, the dataset index of the tokenize stage's token files: its one reader, writer and validator.
+
+The tokenize stage writes it beside its token files (``<run>/tokenize/tokens.json``); the loader, the trainer's
+config, ``tokenmill tokens stats/verify`` and ``tokenmill.inspect.tokens`` read it through `read`. Layout
+(version 1; a file without ``version`` is read as version 1)::
+
+    {"format": "megatron-mmidx", "version": 1, "dtype": "uint16",
+     "tokenizer": {"file": "tokenizer.json", "sha256": ..., "vocab_size": ..., "eos_id": ..., "eos_token": ...},
+     "splits": {"train": {"documents": ..., "tokens": ..., "files": [
+         {"prefix": "train/<shard>.0000", "documents": ..., "tokens": ...,
+          "by_source": {"<source>": {"documents": ..., "tokens": ..., "subsets": {...}}},
+          "engine": "tiktoken", "sha256": {".bin": ..., ".idx": ..., ".docs.parquet": ...}}, ...]}, "valid": ...}}
+
+Each file entry's ``prefix`` names its ``.bin``/``.idx``/``.docs.parquet`` relative to the folder of the index;
+files are sorted by prefix, the order of the loader's streams. Only numpy is imported: the loader needs no pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tokenmill.errors import TokenmillError
+
+FILE = "tokens.json"
+FORMAT = "megatron-mmidx"
+VERSION = 1
+"""The layout this module writes; `read` refuses a newer one (written by a newer tokenmill)."""
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class DataError(TokenmillError, ValueError):
+    """The token data on disk is missing, malformed, or disagrees with its `tokens.json`."""
+
+
+def locate(path: str | Path) -> Path:
+    """The `tokens.json` that ``path`` means: the file itself, the folder holding it, or a run folder (its
+    ``tokenize/tokens.json``). Nothing is checked: a path that names none comes back as ``path/tokens.json``."""
+    p = Path(path)
+    if p.is_dir():
+        return p / "tokenize" / FILE if (p / "tokenize" / FILE).is_file() else p / FILE
+    return p
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Write
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def build(tokenizer: Mapping[str, Any], dtype: str, splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict:
+    """The index of the given token files (per split, file entries as the stage made them), sorted by prefix, with
+    the totals per split."""
+    out = {"format": FORMAT, "version": VERSION, "tokenizer": dict(tokenizer), "dtype": str(dtype), "splits": {}}
+    for split, entries in splits.items():
+        files = sorted((dict(e) for e in entries), key=lambda e: e["prefix"])
+        out["splits"][split] = {"documents": sum(e["documents"] for e in files),
+                                "tokens": sum(e["tokens"] for e in files), "files": files}
+    return validate(out, FILE)
+
+
+def dumps(index: Mapping[str, Any]) -> bytes:
+    """The bytes of the file: canonical JSON (sorted keys, no spaces, as `pipeline.documents.canonical_json`) and a
+    newline, so the same run writes the same bytes."""
+    text = json.dumps(index, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Validate and read
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _fail(where: str, key: str, problem: str) -> DataError:
+    return DataError(f"{where}: {key}: {problem} (the tokenize stage writes it; rerun it if the file was edited)")
+
+
+def _mapping(value: Any, where: str, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise _fail(where, key, f"expected an object, found {type(value).__name__}")
+    return value
+
+
+def _count(value: Any, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(where, key, f"expected a count (an integer >= 0), found {value!r:.80}")
+    return value
+
+
+def _string(value: Any, where: str, key: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(where, key, f"expected a string, found {value!r:.80}")
+    return value
+
+
+def _counts(value: Any, where: str, key: str) -> dict:
+    """{documents, tokens, subsets?}: a source's (or subset's) share of a file."""
+    cell = _mapping(value, where, key)
+    for name in ("documents", "tokens"):
+        _count(cell.get(name), where, f"{key}.{name}")
+    for subset, sub in _mapping(cell.get("subsets", {}), where, f"{key}.subsets").items():
+        _counts(sub, where, f"{key}.subsets.{subset}")
+    return cell
+
+
+def _file(value: Any, where: str, key: str) -> dict:
+    entry = dict(_mapping(value, where, key))
+    prefix = _string(entry.get("prefix"), where, f"{key}.prefix")
+    if not prefix or prefix.startswith(("/", "\\")) or ".." in prefix.replace("\\", "/").split("/"):
+        # An edited index must not make a reader open files outside the tokenize folder.
+        raise _fail(where, f"{key}.prefix", f"{prefix!r:.200} is not a path inside the index's folder")
+    for name in ("documents", "tokens"):
+        _count(entry.get(name), where, f"{key}.{name}")
+    entry["by_source"] = {_string(s, where, f"{key}.by_source"): _counts(c, where, f"{key}.by_source.{s}")
+                          for s, c in _mapping(entry.get("by_source", {}), where, f"{key}.by_source").items()}
+    entry["sha256"] = {ext: _string(h, where, f"{key}.sha256.{ext}")
+                       for ext, h in _mapping(entry.get("sha256", {}), where, f"{key}.sha256").items()}
+    return entry
+
+
+def validate(data: Any, where: str | Path = FILE) -> dict:
+    """``data`` (a parsed `tokens.json`) checked key by key; a copy with the optional keys filled (version 1,
+    ``tokenizer.file``, each file's ``by_source`` and ``sha256``). Raises DataError naming ``where`` and the key."""
+    where = str(where)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise DataError(f"{where}: not a tokenmill tokens.json (format {FORMAT} expected)")
+    out = dict(data)
+    version = out.setdefault("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise _fail(where, "version", f"expected an integer >= 1, found {version!r:.80}")
+    if version > VERSION:
+        raise DataError(f"{where}: version {version} is newer than this tokenmill reads ({VERSION}); "
+                        "upgrade tokenmill")
+    tok = out["tokenizer"] = dict(_mapping(out.get("tokenizer"), where, "tokenizer"))
+    tok["file"] = _string(tok.get("file", TOKENIZER_FILE), where, "tokenizer.file")
+    for name in ("vocab_size", "eos_id"):
+        _count(tok.get(name), where, f"tokenizer.{name}")
+    try:
+        np.dtype(_string(out.get("dtype"), where, "dtype"))
+    except TypeError:
+        raise _fail(where, "dtype", f"{out['dtype']!r:.80} is not a numpy dtype") from None
+    splits = out["splits"] = dict(_mapping(out.get("splits"), where, "splits"))
+    for split, value in splits.items():
+        entry = splits[split] = dict(_mapping(value, where, f"splits.{split}"))
+        for name in ("documents", "tokens"):
+            _count(entry.get(name), where, f"splits.{split}.{name}")
+        files = entry.get("files")
+        if not isinstance(files, list):
+            raise _fail(where, f"splits.{split}.files", f"expected a list, found {type(files).__name__}")
+        entry["files"] = [_file(f, where, f"splits.{split}.files[{i}]") for i, f in enumerate(files)]
+    return out
+
+
+@dataclass(frozen=True)
+class TokensIndex:
+    """A validated `tokens.json` and where it lies (file prefixes are relative to its folder)."""
+
+    path: Path
+    data: dict
+    """The index as `validate` returns it (optional keys filled)."""
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    @property
+    def version(self) -> int:
+        return self.data["version"]
+
+    @property
+    def tokenizer(self) -> dict:
+        """file, sha256, vocab_size, eos_id and eos_token, as the stage recorded them."""
+        return self.data["tokenizer"]
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.folder / self.tokenizer["file"]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.data["dtype"])
+
+    @property
+    def splits(self) -> dict[str, dict]:
+        """{split: {documents, tokens, files}}."""
+        return self.data["splits"]
+
+    def files(self, split: str) -> list[dict]:
+        """The file entries of ``split`` in the index's order (by prefix); a DataError names the splits there are."""
+        if split not in self.splits:
+            raise DataError(f"{self.path}: no split {split!r} (has {sorted(self.splits)})")
+        return self.splits[split]["files"]
+
+    def prefix_path(self, entry: Mapping[str, Any]) -> Path:
+        """Where a file entry's ``.bin``/``.idx``/``.docs.parquet`` lie, without the extension."""
+        return self.folder / entry["prefix"]
+
+
+def read(path: str | Path) -> TokensIndex:
+    """The `tokens.json` at ``path`` (or in that folder, or in that run folder's ``tokenize/``), validated."""
+    p = locate(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{p}: no such tokens.json (the tokenize stage writes <run>/tokenize/tokens.json)") from None
+    except OSError as exc:
+        raise DataError(f"{p}: not a readable tokens.json: {exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise DataError(f"{p}: not a readable tokens.json: {exc}") from None
+    return TokensIndex(p, validate(data, p))

@@ -1,0 +1,97 @@
+"""`tokens.json` has one owner (tokenmill.tokenize.tokens_json): what it writes reads back, a bad key is named with
+the file, a newer layout is refused, and every reader (loader, inspect, trainer config) finds it the same way."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.loader.tokens import labelled_docs, write_dataset
+from tokenmill.pipeline.documents import canonical_json
+from tokenmill.tokenize import tokens_json
+from tokenmill.tokenize.tokens_json import DataError
+
+TOKENIZER = {"file": "tokenizer.json", "sha256": "ab" * 32, "vocab_size": 300, "eos_id": 0, "eos_token": "<|e|>"}
+
+
+def _entry(prefix: str, documents: int, tokens: int) -> dict:
+    return {"prefix": prefix, "documents": documents, "tokens": tokens, "engine": "tokenizers",
+            "by_source": {"web": {"documents": documents, "tokens": tokens,
+                                  "subsets": {"(none)": {"documents": documents, "tokens": tokens}}}},
+            "sha256": {".bin": "00" * 32, ".idx": "11" * 32, ".docs.parquet": "22" * 32}}
+
+
+def test_build_sorts_files_sums_splits_and_reads_back(tmp_path):
+    index = tokens_json.build(TOKENIZER, "uint16", {"train": [_entry("train/b.0000", 2, 30), _entry("train/a.0000", 1, 5)],
+                                                   "valid": []})
+    assert [f["prefix"] for f in index["splits"]["train"]["files"]] == ["train/a.0000", "train/b.0000"]
+    assert index["splits"]["train"]["tokens"] == 35 and index["splits"]["train"]["documents"] == 3
+    assert index["version"] == tokens_json.VERSION and index["format"] == "megatron-mmidx"
+    # The bytes the stage wrote before this module existed: canonical JSON and a newline.
+    assert tokens_json.dumps(index) == (canonical_json(index) + "\n").encode("utf-8")
+    (tmp_path / "tokenize").mkdir()
+    (tmp_path / "tokenize" / "tokens.json").write_bytes(tokens_json.dumps(index))
+    for where in (tmp_path, tmp_path / "tokenize", tmp_path / "tokenize" / "tokens.json"):  # run, folder, file
+        read = tokens_json.read(where)
+        assert read.data == index and read.path == tmp_path / "tokenize" / "tokens.json"
+    assert read.dtype == np.uint16 and read.tokenizer_path == tmp_path / "tokenize" / "tokenizer.json"
+    assert read.prefix_path(read.files("train")[0]) == tmp_path / "tokenize" / "train" / "a.0000"
+    with pytest.raises(DataError, match=r"no split 'test' \(has \['train', 'valid'\]\)"):
+        read.files("test")
+
+
+def _written(tmp_path, edit) -> str:
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(6, np.random.default_rng(0))}, files_per_source=1)
+    index = json.loads(path.read_text())
+    edit(index)
+    path.write_text(json.dumps(index))
+    return str(path)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda i: i["splits"]["train"]["files"][0].pop("tokens"), "splits.train.files[0].tokens"),
+    (lambda i: i["splits"]["train"]["files"][0].update(documents=-1), "splits.train.files[0].documents"),
+    (lambda i: i["splits"]["train"].update(files={}), "splits.train.files"),
+    (lambda i: i["tokenizer"].update(eos_id="0"), "tokenizer.eos_id"),
+    (lambda i: i.update(dtype="uint17"), "dtype"),
+    (lambda i: i.pop("splits"), "splits"),
+    (lambda i: i["splits"]["train"]["files"][0]["by_source"]["alpha"].pop("documents"),
+     "splits.train.files[0].by_source.alpha.documents"),
+])
+def test_a_bad_key_is_named_with_the_file(tmp_path, edit, key):
+    path = _written(tmp_path, edit)
+    with pytest.raises(DataError) as err:
+        tokens_json.read(path)
+    assert str(err.value).startswith(f"{path}: {key}: ")
+
+
+def test_versions(tmp_path):
+    old = tokens_json.read(_written(tmp_path / "a", lambda i: i.pop("version")))
+    assert old.version == 1  # an index without a version is version 1
+    with pytest.raises(DataError, match="version 2 is newer than this tokenmill reads"):
+        tokens_json.read(_written(tmp_path / "b", lambda i: i.update(version=2)))
+    with pytest.raises(DataError, match="not a tokenmill tokens.json"):
+        tokens_json.read(_written(tmp_path / "c", lambda i: i.update(format="other")))
+    (tmp_path / "d.json").write_text("{not json")
+    with pytest.raises(DataError, match="d.json: not a readable tokens.json"):
+        tokens_json.read(tmp_path / "d.json")
+
+
+def test_every_reader_refuses_the_same_bad_index(tmp_path, monkeypatch):
+    """The loader, `tokenmill.inspect` and the trainer's paths all go through tokens_json."""
+    from tokenmill.inspect import token_index
+    from tokenmill.loader import TokenLoader
+    from tokenmill.train.config import TrainConfig
+
+    run = tmp_path / "run"
+    path = _written(run / "tokenize", lambda i: i["splits"]["train"]["files"][0].pop("documents"))
+    message = r"tokens\.json: splits\.train\.files\[0\]\.documents: expected a count"
+    with pytest.raises(DataError, match=message):
+        TokenLoader([run], seq_len=4, global_batch_size=2, verify=False)  # a run folder, as the trainer accepts
+    with pytest.raises(DataError, match=message):
+        token_index(run)
+    datasets = SimpleNamespace(data=[SimpleNamespace(path=str(run))])  # only what resolved_paths reads
+    assert TrainConfig.resolved_paths(datasets) == [path]
