@@ -30,7 +30,7 @@ BATCH = 5_000
 
 def run_stage(files: list[Path]) -> tuple[dict, list[str], list]:
     from tokenmill.pipeline.config import SourceConfig
-    from tokenmill.pipeline.stage import RunContext
+    from tokenmill.pipeline.contract import RunContext
     from tokenmill.stages.clean.config import CleanConfig
     from tokenmill.stages.clean.stage import CleanStage
 

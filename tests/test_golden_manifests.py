@@ -82,7 +82,7 @@ def test_golden_content_counts_add_up():
 def _set_min_doc_words_default(value: int) -> None:
     """Change the Gopher `min_doc_words` default as an edit of quality.py would, and rebuild every model that
     embeds it (pydantic copies a nested model's defaults into its parents' validators)."""
-    from tokenmill.pipeline.config import RunConfig, StagesConfig
+    from tokenmill.pipeline.config import RunConfig, stages_config
     from tokenmill.stages.clean.config import CleanConfig, CleanOverride
     from tokenmill.stages.clean.quality import GopherQualityConfig, QualityConfig
 
@@ -91,7 +91,7 @@ def _set_min_doc_words_default(value: int) -> None:
     QualityConfig.model_fields["gopher_quality"].default = GopherQualityConfig()
     QualityConfig.model_rebuild(force=True)
     CleanConfig.model_fields["quality"].default = QualityConfig()
-    for model in (CleanOverride, CleanConfig, StagesConfig, RunConfig):
+    for model in (CleanOverride, CleanConfig, stages_config(), RunConfig):
         model.model_rebuild(force=True)
 
 
@@ -105,9 +105,9 @@ def min_doc_words_200():
         yield
     finally:
         _set_min_doc_words_default(old)
-        from tokenmill.pipeline.config import StagesConfig
+        from tokenmill.pipeline.config import stages_config
 
-        restored = StagesConfig.model_validate({"clean": {}}).clean.quality.gopher_quality.min_doc_words
+        restored = stages_config().model_validate({"clean": {}}).clean.quality.gopher_quality.min_doc_words
         assert restored == old, "the patched default leaked into later tests"
 
 

@@ -16,7 +16,7 @@ from tokenmill.pipeline.manifest import build_content
 from tokenmill.pipeline.config_base import StageConfig
 from tokenmill.pipeline.documents import TEXT_HASH, read_shard, shard_bytes
 from tokenmill.pipeline.map_phase import split_and_write
-from tokenmill.pipeline.stage import RunContext, Stage
+from tokenmill.pipeline.contract import RunContext, Stage
 
 LONG = "word " * 20
 

@@ -9,8 +9,8 @@ from tokenmill.errors import StageChainError
 from tokenmill.pipeline.columns import check_chain, with_fallbacks
 from tokenmill.pipeline.config import SourceConfig
 from tokenmill.pipeline.config_base import StageConfig
-from tokenmill.pipeline.stage import RunContext, Stage
-from tokenmill.stages.ingest import IngestStage
+from tokenmill.pipeline.contract import RunContext, Stage
+from tokenmill.stages.ingest import IngestConfig, IngestStage
 from tokenmill.stages.sample import SampleStage
 
 RUN = RunContext(seed=0, sources={
@@ -35,7 +35,7 @@ class UsesUnknown(Stage):
 
 
 def chain(*extra):
-    return [IngestStage(StageConfig(), RUN, []), *[cls(StageConfig(), RUN) for cls in extra]]
+    return [IngestStage(IngestConfig(), RUN, []), *[cls(StageConfig(), RUN) for cls in extra]]
 
 
 def test_configured_chain_passes():
@@ -68,3 +68,10 @@ class NeedsTextHash(Stage):
 def test_text_hash_is_provided_by_every_shard_write():
     inputs = check_chain(chain(SampleStage, NeedsTextHash))
     assert "text_hash" in inputs["sample"] and "text_hash" in inputs["needs_text_hash"]
+
+
+def test_the_source_stage_is_first_and_only_first():
+    with pytest.raises(StageChainError, match="'sample' is first in the chain"):
+        check_chain([SampleStage(StageConfig(), RUN)])
+    with pytest.raises(StageChainError, match="'ingest' is number 3 in the chain"):
+        check_chain(chain(SampleStage) + [IngestStage(IngestConfig(), RUN, [])])

@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import write_jsonl
 from tokenmill.cli import main
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config import PATH_FIELDS, expand_pattern, load_config, parse_config, source_files
+from tokenmill.pipeline.config import expand_pattern, load_config, parse_config, path_fields, source_files
 from tokenmill.stages.clean.langid import LANGUAGE_NAMES, LangidConfig, canonical_language, model_languages
 
 
@@ -172,7 +172,7 @@ def test_home_and_variables_are_expanded_in_every_path(tmp_path, home):
     assert not (tmp_path / "elsewhere" / "$HOME").exists()
 
 
-@pytest.mark.parametrize("field", PATH_FIELDS)
+@pytest.mark.parametrize("field", path_fields())
 def test_an_unset_variable_in_any_path_is_refused_naming_the_key(tmp_path, base, home, field):
     data = dict(base)
     bad = "$TOKENMILL_UNSET/x"

@@ -9,7 +9,7 @@ import xxhash
 from tokenmill.pipeline.config_base import StageConfig
 from tokenmill.pipeline.documents import TEXT_HASH, read_shard, text_hashes, with_text_hash
 from tokenmill.pipeline.map_phase import split_and_write
-from tokenmill.pipeline.stage import RunContext, Stage
+from tokenmill.pipeline.contract import RunContext, Stage
 
 TEXTS = ["", "a", "é and 中文", "x" * 10_000, "line\r\nbreak"]
 

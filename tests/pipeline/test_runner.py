@@ -16,10 +16,10 @@ from tests.conftest import make_corpus
 from tokenmill.errors import StageFailed, TokenmillError
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.config_base import StageConfig
-from tokenmill.pipeline.map_phase import MapShards
+from tokenmill.pipeline.contract import Phase, Processed, Task
+from tokenmill.pipeline.map_phase import MapShards, MapStage
 from tokenmill.pipeline.registry import build_stages, run_context
 from tokenmill.pipeline.runner import run_pipeline
-from tokenmill.pipeline.stage import Phase, Processed, Stage, Task
 from tokenmill.pipeline.documents import read_shard
 
 pytestmark = pytest.mark.ray
@@ -150,7 +150,7 @@ class CountPhase(Phase):
         return max(r["longest"] for r in results.values())
 
 
-class DropLongest(Stage):
+class DropLongest(MapStage):
     name = "drop_longest"
     adds = (pa.field("is_longest", pa.bool_()),)
     drop_reasons = ("longest",)
@@ -166,7 +166,7 @@ class DropLongest(Stage):
         return Processed(table.append_column("is_longest", longest), reasons)
 
 
-class FailOnZh(Stage):
+class FailOnZh(MapStage):
     name = "fail_on_zh"
 
     def process(self, table, shared):
@@ -237,7 +237,7 @@ def test_keep_dropped_false_writes_no_dropped_files(ray_cluster, corpus, tmp_pat
     assert all(s["dropped_path"] is None for s in manifest["content"]["shards"])
 
 
-class Shout(Stage):
+class Shout(MapStage):
     """Changes the text of every row and drops one in three, keeping the input's (now stale) `text_hash` column."""
 
     name = "shout"

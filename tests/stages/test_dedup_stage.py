@@ -76,8 +76,11 @@ def test_exact_and_near_duplicates_across_shards_and_sources(ray_cluster, corpus
     assert by_id["w1"]["removed_by"] == "f-near97" and by_id["w1"]["jaccard"] > 0.95
     assert by_id["w0"]["removed_by"] == "f-exact" and by_id["f-exact"]["kept"]
     assert "f-near93" not in by_id  # the 0.93 candidate failed verification: no edge, no cluster
-    report = json.loads((out / "dedup" / "manifest.json").read_text())["content"]["report"]
+    content = json.loads((out / "dedup" / "manifest.json").read_text())["content"]
+    report = content["report"]
     assert report["clusters"]["clusters"] == 2 and report["clusters"]["near_duplicates"] == 1
+    # The reduced cluster and candidate counts reach the report directly, not through the first shard's stats.
+    assert not any({"clusters", "candidates"} & set(s.get("stats") or {}) for s in content["shards"])
     assert report["clusters"]["by_source"]["forum"]["size_histogram"] == {"2": 2}
     assert reports[-1].totals["drops"] == {"exact_duplicate": 1, "near_duplicate": 1}
     candidates = report["candidates"]
@@ -95,7 +98,7 @@ def test_workers_do_not_change_bytes_and_resume_is_exact(ray_cluster, corpus, tm
     # A kill in the middle of every phase: some commits of each phase lost, the manifest not written.
     out = tmp_path / "w2"
     (out / "dedup" / "manifest.json").unlink()
-    for phase in ("signatures", "buckets", "verify", "clusters", "map"):
+    for phase in ("signatures", "buckets", "verify", "clusters", "filter"):
         records = sorted((out / "dedup" / "_work" / "commits" / phase).glob("*.json"))
         for r in records[::2]:
             r.unlink()

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from tokenmill.pipeline.config import SourceConfig
-from tokenmill.pipeline.stage import RunContext
+from tokenmill.pipeline.contract import RunContext
 from tokenmill.stages.sample import SampleConfig, SampleStage, keep_mask
 
 IDS = [f"doc-{i}" for i in range(20_000)]

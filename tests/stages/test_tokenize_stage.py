@@ -109,8 +109,10 @@ def test_resume_after_losing_commits_of_every_phase(ray_cluster, corpus, tmp_pat
     run_into(config, out)
     (out / "tokenize" / "manifest.json").unlink()
     (out / "tokenize" / "tokens.json").unlink()
-    for phase in ("tokenizer", "map", "index"):
-        for record in sorted((out / "tokenize" / "_work" / "commits" / phase).glob("*.json"))[::2]:
+    phases = sorted((out / "tokenize" / "_work" / "commits").iterdir())
+    assert len(phases) == 3  # tokenizer, encoding per shard, index: whatever the phases are named
+    for phase in phases:
+        for record in sorted(phase.glob("*.json"))[::2]:
             record.unlink()
     resumed = run_into(config, out)
     assert resumed[-1].status == "resumed"
@@ -168,3 +170,25 @@ def test_tokenizer_train_command_matches_the_stage(ray_cluster, tmp_path):
                              "--out", str(tmp_path / "t.json")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "t.json").read_bytes() == (tmp_path / "out" / "tokenize" / "tokenizer.json").read_bytes()
+
+
+def test_auto_tokenizer_loads_the_run_folder_with_its_end_of_text_token(ray_cluster, tmp_path, monkeypatch):
+    """`AutoTokenizer.from_pretrained(<run>/tokenize)` (the real transformers, offline) knows the end-of-text token
+    and gives the ids of the token files."""
+    from tests.tokenize.test_hf_files import load_folder
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    texts = [f"document {i} tells of rivers , {i * 3} mountains and a village by the sea ." for i in range(60)]
+    write_jsonl(tmp_path / "d.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)])
+    config = {"output": "out", "sources": [{"name": "d", "format": "jsonl", "paths": ["d.jsonl"], "id_field": "id"}],
+              "stages": {"tokenize": {"tokenizer": {"train": {"vocab_size": 300, "sample_docs": 60}}}}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    run_into(tmp_path / "run.yaml", tmp_path / "out")
+    folder = tmp_path / "out" / "tokenize"
+    assert {"tokenizer_config.json", "special_tokens_map.json"} <= {p.name for p in folder.iterdir()}
+    index, _, seen = sequences(tmp_path / "out")
+    hf = load_folder(folder)
+    assert hf.eos_token == "<|endoftext|>" and hf.eos_token_id == index["tokenizer"]["eos_id"]
+    for doc_id, (_, seq, _) in seen.items():
+        assert hf.encode(texts[int(doc_id[1:])], add_special_tokens=False) + [hf.eos_token_id] == seq.tolist()
+

@@ -18,8 +18,6 @@ import pyarrow.parquet as pq
 
 from tokenmill.errors import TokenmillError
 
-STAGES = ("ingest", "sample", "clean", "dedup", "decontaminate", "tokenize")
-
 
 def _repo_root() -> Path:
     """The checkout this package was imported from (src layout), else the working directory."""
@@ -41,11 +39,14 @@ def run_dir(run: str | os.PathLike | None = None) -> Path:
 
 
 def stages(run: str | os.PathLike | None = None) -> list[str]:
-    """The stages of the run that have a folder, in pipeline order (others after, by name)."""
+    """The stages of the run that have a folder, in pipeline order (the registered stages'; others after, by name)."""
+    from tokenmill.pipeline.registry import stage_order
+
     root = run_dir(run)
     present = [p.name for p in root.iterdir()
                if p.is_dir() and not p.name.startswith("_") and ((p / "manifest.json").is_file() or (p / "shards").is_dir())]
-    return sorted(present, key=lambda s: (STAGES.index(s) if s in STAGES else len(STAGES), s))
+    order = stage_order()
+    return sorted(present, key=lambda s: (order.index(s) if s in order else len(order), s))
 
 
 def stage_dir(run: str | os.PathLike | None, stage: str) -> Path:

@@ -7,8 +7,8 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from tokenmill.errors import StageChainError
-from tokenmill.pipeline.documents import BASE_COLUMNS, WRITTEN_COLUMNS
-from tokenmill.pipeline.stage import RunContext, Stage
+from tokenmill.pipeline.contract import RunContext, SourceStage, Stage
+from tokenmill.pipeline.documents import WRITTEN_COLUMNS
 
 
 def _source_language(table: pa.Table, run: RunContext) -> pa.Array:
@@ -26,10 +26,14 @@ def check_chain(stages: Sequence[Stage]) -> dict[str, frozenset[str]]:
     """Check that every stage's needs are provided by the stages before it; returns each stage's input columns."""
     provided: frozenset[str] = frozenset()
     inputs: dict[str, frozenset[str]] = {}
-    for stage in stages:
+    for i, stage in enumerate(stages):
+        if isinstance(stage, SourceStage) != (i == 0):
+            where = "first" if i == 0 else f"number {i + 1}"
+            raise StageChainError(f"stage {stage.name!r} is {where} in the chain: the first stage, and only it, "
+                                  "reads the sources (a SourceStage such as ingest)")
         inputs[stage.name] = provided
         missing = stage.needs - provided
-        if stage.name != "ingest" and missing:
+        if missing:
             raise StageChainError(
                 f"stages.{stage.name}: needs column(s) {sorted(missing)} that no earlier stage provides"
             )
@@ -39,7 +43,6 @@ def check_chain(stages: Sequence[Stage]) -> dict[str, frozenset[str]]:
                 f"stages.{stage.name}: uses column(s) {sorted(no_fallback)} that no earlier stage provides "
                 "and that have no fallback"
             )
-        provided = provided | BASE_COLUMNS if stage.name == "ingest" else provided
         # The shard writer adds `text_hash` to every shard, whatever the stage declares.
         provided = provided | {f.name for f in stage.adds} | WRITTEN_COLUMNS
     return inputs

@@ -7,17 +7,16 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictInt, ValidationError, create_model, field_validator, \
+    model_validator
+from pydantic_core import core_schema
 
 from tokenmill.errors import ConfigError
+from tokenmill.pipeline import registry
 from tokenmill.pipeline.config_base import StageConfig, StrictModel, expand_path, load_yaml
-from tokenmill.stages.clean.config import CleanConfig
-from tokenmill.stages.decontaminate.config import DecontaminateConfig
-from tokenmill.stages.dedup.config import DedupConfig
-from tokenmill.stages.tokenize.config import TokenizeConfig
-from tokenmill.stages.sample import SampleConfig
+from tokenmill.pipeline.contract import SourceStage, config_paths, resolve
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -107,42 +106,51 @@ class SourceConfig(StrictModel):
         return READERS[self.format].parse_options(self.options)
 
 
-class IngestConfig(StrictModel):
-    """Options of the implicit first stage that reads the sources into Parquet shards."""
-
-    docs_per_shard: int = Field(default=10_000, ge=1)
-    """Records per ingest shard; a file with more records is split into parts."""
-    max_shard_bytes: int = Field(default=128 * 2**20, ge=1)
-    """Text bytes (UTF-8) per ingest shard, at most: a part ends early once its records reach this. Every later
-    stage reads one shard per task, so this bounds a worker's memory whatever the document sizes (20,000 books of
-    12 KB would otherwise make one 247 MB shard). A single larger record still makes a shard of its own."""
-    keep_dropped: bool = True
-    """Write unreadable and empty records under `<output>/ingest/dropped/`."""
-    pack_bytes: Optional[int] = Field(default=None, ge=1)
-    """Input bytes (file sizes on disk) one ingest task reads when a source has many small files: consecutive files
-    of the source, in listing order, share a task and its shards until their sizes reach this, so 2,000 files of
-    1 KB make one shard, not 2,000. A file this size or larger is read by a task of its own, as is every file of a
-    source with fewer than 64 files smaller than this (`ingest.PACK_MIN_FILES`). Unset: 64 MiB, and left out of the
-    stage's identity, so runs that pack nothing keep their keys."""
-
-
-class StagesConfig(StrictModel):
-    """The stages to run, in their fixed order; leave one out to skip it."""
-
-    sample: Optional[SampleConfig] = None
-    """Keep a deterministic share (`fraction`) of each source."""
-    clean: Optional[CleanConfig] = None
-    """Escape-leak checks, normalization, PII, blocklist, language and quality filters (docs/clean.md)."""
-    dedup: Optional[DedupConfig] = None
-    """Exact, then MinHash-LSH near-duplicate removal above a Jaccard threshold (docs/dedup.md)."""
-    decontaminate: Optional[DecontaminateConfig] = None
-    """Evaluation-set n-grams excised from the corpus, every hit reported (docs/decontaminate.md)."""
-    tokenize: Optional[TokenizeConfig] = None
-    """Byte-level BPE into Megatron `.bin`/`.idx` token files, train and valid splits, and `tokens.json`."""
+class _StagesBase(StrictModel):
+    """The stages to run, in pipeline order; leave one out to skip it. One optional key per registered stage."""
 
     def configured(self) -> list[tuple[str, StageConfig]]:
         """The configured stages, in pipeline order."""
         return [(name, getattr(self, name)) for name in type(self).model_fields if getattr(self, name) is not None]
+
+
+_stages_model: type[_StagesBase] | None = None
+
+
+def stages_config() -> type[_StagesBase]:
+    """The `stages` model, one optional field per registered stage (its `config_class`), built on first use: the
+    stage modules are imported then, not when this module is."""
+    global _stages_model
+    if _stages_model is None:
+        fields: dict[str, Any] = {}
+        for name, cls in registry.stage_classes().items():
+            if issubclass(cls, SourceStage):
+                continue
+            doc = (cls.__doc__ or "").strip().splitlines()
+            fields[name] = (Optional[cls.config_class], Field(default=None, description=doc[0] if doc else None))
+        _stages_model = create_model("StagesConfig", __base__=_StagesBase, __module__=__name__, **fields)
+    return _stages_model
+
+
+def _ingest_config() -> type[BaseModel]:
+    return registry.source_stage().config_class
+
+
+class _Registered:
+    """A field whose model comes from the stage registry, looked up when a config is validated (so importing this
+    module imports no stage); pydantic's errors keep their full location (`stages.clean.blocklist`)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        def validate(value: Any) -> Any:
+            model = self.model()
+            return value if isinstance(value, model) else model.model_validate(value)
+
+        return core_schema.no_info_plain_validator_function(
+            validate, serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda value, info: value.model_dump(mode=info.mode), info_arg=True))
 
 
 class ExecutionConfig(StrictModel):
@@ -167,10 +175,10 @@ class RunConfig(StrictModel):
     `"5"` is refused, not taken as 1 or 5."""
     sources: list[SourceConfig] = Field(min_length=1)
     """The input sources."""
-    ingest: IngestConfig = IngestConfig()
-    """Options of the implicit ingest stage."""
-    stages: StagesConfig = StagesConfig()
-    """The stages to run after ingest."""
+    ingest: Annotated[Any, _Registered(_ingest_config)] = Field(default_factory=lambda: _ingest_config()())
+    """Options of the implicit ingest stage (`tokenmill.stages.ingest.IngestConfig`)."""
+    stages: Annotated[Any, _Registered(stages_config)] = Field(default_factory=lambda: stages_config()())
+    """The stages to run after ingest, one key per stage (see `stages_config`)."""
     execution: ExecutionConfig = ExecutionConfig()
     """Execution-only options (workers, Ray address, retries)."""
     base_dir: str = Field(default=".", exclude=True)
@@ -186,10 +194,9 @@ class RunConfig(StrictModel):
         return self
 
     def resolve(self, path: str) -> Path:
-        """A config path made absolute against the config file's folder (`~` and `$VAR` were expanded by
-        `parse_config`, see `PATH_FIELDS`)."""
-        p = Path(path)
-        return p if p.is_absolute() else Path(self.base_dir) / p
+        """A config path made absolute against the config file's folder, `~` and `$VAR` expanded
+        (`contract.resolve`, the one way every stage opens the files its config names)."""
+        return resolve(path, self.base_dir)
 
     @property
     def output_dir(self) -> Path:
@@ -222,19 +229,19 @@ def format_validation_error(err: ValidationError) -> str:
     return "invalid config:\n" + "\n".join(lines)
 
 
-PATH_FIELDS = (
-    "output",
-    "sources[].paths[]",
-    "sources[].root",
-    "stages.clean.blocklist",
-    "stages.decontaminate.evalsets[].path",
-    "stages.tokenize.tokenizer",
-    "stages.tokenize.tokenizer.encoder",
-    "stages.tokenize.tokenizer.merges",
-)
-"""Every config field that names a file or folder (`name[]`: each item of a list). `parse_config` expands `~` and
-environment variables in each before validation, so the validated config, every stage that opens these files and
-the config dumped beside the output all hold the same expanded path."""
+RUN_PATH_FIELDS = ("output", "sources[].paths[]", "sources[].root")
+"""The run's own fields that name a file or folder (`name[]`: each item of a list)."""
+
+
+def path_fields() -> tuple[str, ...]:
+    """Every config field that names a file or folder: the run's, then each stage's declared `paths` under
+    `stages.<name>.`. `parse_config` expands `~` and environment variables in each before validation, so the
+    validated config, every stage that opens these files and the config dumped beside the output all hold the
+    same expanded path."""
+    stages = [f"stages.{name}.{key}" for name, cls in registry.stage_classes().items()
+              if not issubclass(cls, SourceStage) for key in cls.paths]
+    return (*RUN_PATH_FIELDS, *stages)
+
 
 def _expand_fields(node: Any, steps: list[str], key: str, problems: list[str]) -> Any:
     """`node` with the strings that `steps` reach expanded; problems named by key; any other shape is left for
@@ -259,10 +266,10 @@ def _expand_fields(node: Any, steps: list[str], key: str, problems: list[str]) -
 
 
 def expand_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a config mapping with `~` and environment variables expanded in every `PATH_FIELDS` entry;
+    """A copy of a config mapping with `~` and environment variables expanded in every `path_fields()` entry;
     raises ConfigError naming each path whose variable is unset or empty."""
     problems: list[str] = []
-    for field in PATH_FIELDS:
+    for field in path_fields():
         data = _expand_fields(data, field.split("."), "", problems)
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
@@ -302,8 +309,8 @@ def check_paths(config: RunConfig) -> None:
     Source patterns must each match a file; what a pattern matches must be readable files inside the folder the
     pattern starts from (a broken symlink or a symlink loop among the matches, a `**` walk through a symlink to
     one of its own ancestors, or a match that is a symlink to a file outside that folder is an error, so no file
-    is read from outside the configured paths); no file may be matched by two sources (`_overlap_problems`); the
-    tokenizer files must exist and load.
+    is read from outside the configured paths); no file may be matched by two sources (`_overlap_problems`); every
+    file a stage's config names must be a file, and pass the stage's own check (`_stage_path_problems`).
     """
     problems = []
     for i, source in enumerate(config.sources):
@@ -318,15 +325,7 @@ def check_paths(config: RunConfig) -> None:
             problems.append(f"  sources[{i}].root: {source.root!r} is not a folder")
     if not problems:  # never glob a pattern found unsafe (a `**` through a symlink loop lists names without end)
         problems += _overlap_problems(config)
-    clean = config.stages.clean
-    if clean is not None and clean.blocklist is not None and not config.resolve(clean.blocklist).is_file():
-        problems.append(f"  stages.clean.blocklist: {clean.blocklist!r} is not a file (looked in {config.base_dir})")
-    decon = config.stages.decontaminate
-    for i, evalset in enumerate(decon.evalsets if decon is not None else []):
-        if not config.resolve(evalset.path).is_file():
-            problems.append(f"  stages.decontaminate.evalsets[{i}].path: {evalset.path!r} is not a file "
-                            f"(looked in {config.base_dir})")
-    problems += _tokenizer_problems(config)
+    problems += _stage_path_problems(config)
     from tokenmill.pipeline.runfolder import output_problems  # the output folder and sources that reach into it
 
     problems += output_problems(config)
@@ -359,33 +358,18 @@ def _overlap_problems(config: RunConfig) -> list[str]:
     return problems
 
 
-def _tokenizer_problems(config: RunConfig) -> list[str]:
-    """A configured tokenizer must exist and load, so a bad one stops the run before ingest, not after it."""
-    from tokenmill.stages.tokenize.config import Gpt2Files
-
-    tok = config.stages.tokenize
-    if tok is None or not isinstance(tok.tokenizer, (str, Gpt2Files)):
-        return []
-    from tokenmill.tokenize.tokenizer import load_gpt2_files, load_tokenizer
-
-    spec = tok.tokenizer
-    named = {"tokenizer": spec} if isinstance(spec, str) else {"tokenizer.encoder": spec.encoder,
-                                                               "tokenizer.merges": spec.merges}
-    missing = [f"  stages.tokenize.{key}: {path!r} is not a file (looked in {config.base_dir})"
-               for key, path in named.items() if not config.resolve(path).is_file()]
-    if missing:
-        return missing
-    try:
-        if isinstance(spec, str):
-            load_tokenizer(str(config.resolve(spec)), tok.eos_token)
-        else:
-            load_gpt2_files(str(config.resolve(spec.encoder)), str(config.resolve(spec.merges)), tok.eos_token)
-    except ConfigError as err:
-        return [f"  {err}"]
-    except Exception as err:  # noqa: BLE001 - tokenizers raises bare Exceptions for files that are not what they claim
-        return [f"  stages.tokenize.tokenizer: {spec.encoder!r} and {spec.merges!r} are not GPT-2 encoder.json "
-                f"and vocab.bpe files: {err}"]
-    return []
+def _stage_path_problems(config: RunConfig) -> list[str]:
+    """Every file a configured stage's `paths` name must be a file; then what the stage's own `config_problems`
+    finds (a tokenizer that does not load), so a bad one stops the run before ingest, not after it."""
+    classes = registry.stage_classes()
+    problems = []
+    for name, stage_config in config.stages.configured():
+        cls = classes[name]
+        missing = [f"  stages.{name}.{key}: {path!r} is not a file (looked in {config.base_dir})"
+                   for declared in cls.paths for key, path in config_paths(stage_config, declared)
+                   if not config.resolve(path).is_file()]
+        problems += missing or [f"  {p}" for p in cls.config_problems(stage_config, config.resolve)]
+    return problems
 
 
 _MAGIC = re.compile(r"[*?\[]")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from tokenmill.pipeline import faults
-from tokenmill.pipeline.stage import Stage, Task
+from tokenmill.pipeline.contract import Resources, Stage, Task
 from tokenmill.pipeline.tasks import TaskEnv, execute_task
 
 
@@ -23,18 +23,20 @@ def run_tasks(
     tasks: Sequence[Task],
     shared: Mapping[str, Any],
     *,
+    resources: Resources = Resources(),
     max_in_flight: int,
     max_retries: int,
     on_done: Callable[[Task], None] = lambda task: None,
 ) -> tuple[dict[str, dict], list[tuple[str, str]]]:
-    """Submit tasks, at most `max_in_flight` at once; returns (records by task key, [(task key, error)])."""
+    """Submit tasks, at most `max_in_flight` at once, each asking Ray for the phase's `resources`; returns
+    (records by task key, [(task key, error)])."""
     import ray
 
     if not tasks:
         return {}, []
     # faults.task_options(): the fault-injection switches, passed to workers of a joined cluster (empty when off).
-    remote = ray.remote(execute_task).options(num_cpus=1, max_retries=max_retries, retry_exceptions=True,
-                                              **faults.task_options())
+    remote = ray.remote(execute_task).options(**resources.ray_options(), max_retries=max_retries,
+                                              retry_exceptions=True, **faults.task_options())
     stage_ref, shared_ref = ray.put(stage), ray.put(dict(shared))
     queue = list(tasks)
     queue.reverse()

@@ -24,7 +24,8 @@ def build_content(
 ) -> dict[str, Any]:
     """The deterministic part of a manifest: identical for identical inputs, config and seed, wherever the run lives.
 
-    `report` shapes the stage's summed per-shard stats (see `Stage.report`) into `content["report"]`.
+    `report` shapes the stage's summed per-shard stats (None when no shard had any; see `Stage.report`) into
+    `content["report"]`, left out when it returns None; without `report`, the summed stats themselves.
     """
     shards = sorted(shard_entries, key=lambda e: e["path"])
     by_source: dict[str, SourceTally] = defaultdict(SourceTally)
@@ -46,8 +47,9 @@ def build_content(
         "drop_table": drop_table(sources_json),
         "shards": shards,
     }
-    if stats is not None:
-        content["report"] = report(stats) if report else stats
+    shaped = report(stats) if report else stats
+    if shaped is not None:
+        content["report"] = shaped
     return content
 
 

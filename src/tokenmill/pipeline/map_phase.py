@@ -1,8 +1,8 @@
-"""The shard-wise map phase: one task per input shard, kept rows to `shards/`, dropped rows to `dropped/`."""
+"""The shard-wise map: one task per input shard, kept rows to `shards/`, dropped rows to `dropped/`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -10,9 +10,8 @@ import pyarrow.compute as pc
 from tokenmill.pipeline.stats import tally_table, text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
+from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, Processed, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.documents import DROP_REASON, content_hash, read_shard, shard_bytes, with_text_hash
-from tokenmill.pipeline.stage import Phase, Stage, Task
-from tokenmill.pipeline.tasks import PlanContext, TaskContext
 
 
 def shard_name(path: str) -> str:
@@ -63,16 +62,22 @@ def split_and_write(
     return entry
 
 
+def shard_tasks(ctx: PlanContext, **params: Any) -> list[Task]:
+    """One task per input shard, keyed by the shard's name, with its source (and `params`) as parameters."""
+    return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"], **params})
+            for s in ctx.input_shards]
+
+
 class MapShards(Phase):
     """Apply `stage.process` to every input shard independently."""
 
     name = "map"
+    writes_shards = True
 
     def plan(self, stage: Stage, ctx: PlanContext) -> list[Task]:
-        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"]})
-                for s in ctx.input_shards]
+        return shard_tasks(ctx)
 
-    def run(self, stage: Stage, task: Task, ctx: TaskContext) -> dict[str, Any]:
+    def run(self, stage: "MapStage", task: Task, ctx: TaskContext) -> ShardsResult:
         (relpath,) = task.inputs
         table = read_shard(storage.join(ctx.input_dir, relpath), ctx.fs)
         filled = [c for c in sorted(stage.uses) if c not in table.column_names]
@@ -83,4 +88,18 @@ class MapShards(Phase):
         entry = split_and_write(stage, ctx, task.key, task.params["source"], out, processed.drop_reason,
                                 processed.stats, bytes_in=received)
         entry["input"] = relpath
-        return {"shards": [entry]}
+        return ShardsResult([entry])
+
+
+class MapStage(Stage):
+    """A stage whose core is `process`, a pure function of one shard's table, run by `MapShards` on every shard.
+
+    Its phases default to that one map; a stage that needs global facts first puts phases before it (their
+    `reduce` results reach `process` as `shared[phase.name]`)."""
+
+    def phases(self) -> list[Phase | DriverPhase]:
+        return [MapShards()]
+
+    def process(self, table: pa.Table, shared: Mapping[str, Any]) -> Processed:
+        """Decide, for every row of a shard, keep or drop (with a reason); add annotation columns."""
+        raise NotImplementedError(f"stage {self.name!r} does not process tables")

@@ -1,25 +1,51 @@
-"""The stages tokenmill knows, in pipeline order, and how to build the configured chain."""
+"""The registered stages: found by importing every module of `tokenmill.stages` once, then in pipeline order."""
 
 from __future__ import annotations
 
-from tokenmill.pipeline.config import RunConfig
-from tokenmill.pipeline.stage import RunContext, Stage
-from tokenmill.stages.clean.stage import CleanStage
-from tokenmill.stages.decontaminate.stage import DecontaminateStage
-from tokenmill.stages.dedup.stage import DedupStage
-from tokenmill.stages.tokenize.stage import TokenizeStage
-from tokenmill.stages.ingest import IngestStage, list_source_files
-from tokenmill.stages.sample import SampleStage
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING
 
-STAGE_CLASSES: dict[str, type[Stage]] = {
-    "sample": SampleStage,
-    "clean": CleanStage,
-    "dedup": DedupStage,
-    "decontaminate": DecontaminateStage,
-    "tokenize": TokenizeStage,
-}
-STAGE_ORDER = ["ingest", *STAGE_CLASSES]
-"""Every stage name in pipeline order; a later stage reads the nearest earlier configured one."""
+from tokenmill.pipeline.contract import RunContext, SourceStage, Stage, registered
+
+if TYPE_CHECKING:
+    from tokenmill.pipeline.config import RunConfig
+
+STAGES_PACKAGE = "tokenmill.stages"
+_discovered = False
+
+
+def discover() -> None:
+    """Import every module under `tokenmill.stages`, so each stage class registers itself (`Stage.order`).
+
+    By module name, not by `import` statements: the pipeline's own modules never import a stage, so loading a
+    config model or a manifest tool does not import every stage and its libraries."""
+    global _discovered
+    if _discovered:
+        return
+    package = importlib.import_module(STAGES_PACKAGE)
+    for module in pkgutil.walk_packages(package.__path__, prefix=f"{STAGES_PACKAGE}."):
+        importlib.import_module(module.name)
+    _discovered = True
+
+
+def stage_classes() -> dict[str, type[Stage]]:
+    """Every registered stage class by name, in pipeline order (the source stage first)."""
+    discover()
+    return dict(sorted(registered().items(), key=lambda item: (item[1].order, item[0])))
+
+
+def stage_order() -> list[str]:
+    """Every stage name in pipeline order; a later stage reads the nearest earlier configured one."""
+    return list(stage_classes())
+
+
+def source_stage() -> type[SourceStage]:
+    """The one registered stage that reads the sources (ingest)."""
+    found = [cls for cls in stage_classes().values() if issubclass(cls, SourceStage)]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one registered source stage, found {[c.name for c in found]}")
+    return found[0]
 
 
 def run_context(config: RunConfig) -> RunContext:
@@ -27,9 +53,10 @@ def run_context(config: RunConfig) -> RunContext:
 
 
 def build_stages(config: RunConfig) -> list[Stage]:
-    """Ingest followed by every configured stage, in pipeline order."""
+    """The source stage followed by every configured stage, in pipeline order."""
     run = run_context(config)
-    stages: list[Stage] = [IngestStage(config.ingest, run, list_source_files(config))]
+    classes = stage_classes()
+    stages: list[Stage] = [source_stage().build(config, run)]
     for name, stage_config in config.stages.configured():
-        stages.append(STAGE_CLASSES[name](stage_config, run))
+        stages.append(classes[name](stage_config, run))
     return stages

@@ -7,7 +7,7 @@ import logging
 from typing import Any, Sequence
 
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import SCHEMA_VERSION, canonical_json, digest
+from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
 
 log = logging.getLogger(__name__)
 
@@ -38,41 +38,21 @@ def diff_values(old: Any, new: Any, path: str = "") -> list[str]:
     """Human-readable differences between two JSON values, down to the changed key or list element.
 
     Lists are compared element by element (`sources[2].fraction: 0.5 -> 0.4`); an element inserted or removed
-    is named by its index, found by aligning the two lists (`difflib`), so the elements after it are not reported.
+    is named by its index, found by aligning the two lists (`json_diff.changes`), so the elements after it are not
+    reported.
     """
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for k in sorted(set(old) | set(new)):
-            sub = f"{path}.{k}" if path else str(k)
-            if k not in old:
-                out.append(f"{sub}: added ({_show(new[k])})")
-            elif k not in new:
-                out.append(f"{sub}: removed (was {_show(old[k])})")
-            else:
-                out.extend(diff_values(old[k], new[k], sub))
-        return out
-    if isinstance(old, list) and isinstance(new, list):
-        return _diff_lists(old, new, path or "value")
-    return [] if old == new else [f"{path or 'value'}: {_show(old)} -> {_show(new)}"]
+    from tokenmill.json_diff import MISSING, changes
 
-
-def _diff_lists(old: list, new: list, path: str) -> list[str]:
-    import difflib
-
-    if len(old) == len(new):
-        return [line for i, (a, b) in enumerate(zip(old, new)) for line in diff_values(a, b, f"{path}[{i}]")]
-    texts = [canonical_json(v) for v in old], [canonical_json(v) for v in new]
-    out: list[str] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, *texts, autojunk=False).get_opcodes():
-        if op == "equal":
-            continue
-        paired = min(i2 - i1, j2 - j1)
-        for k in range(paired):  # a replaced element: what changed inside it
-            out.extend(diff_values(old[i1 + k], new[j1 + k], f"{path}[{j1 + k}]"))
-        for i in range(i1 + paired, i2):
-            out.append(f"{path}[{i}]: removed (was {_show(old[i])})")
-        for j in range(j1 + paired, j2):
-            out.append(f"{path}[{j}]: added ({_show(new[j])})")
+    if not path and not (isinstance(old, dict) and isinstance(new, dict)):
+        path = "value"  # a top-level list or value is named, not an empty key
+    out = []
+    for name, a, b in changes(old, new, path):
+        if a is MISSING:
+            out.append(f"{name}: added ({_show(b)})")
+        elif b is MISSING:
+            out.append(f"{name}: removed (was {_show(a)})")
+        else:
+            out.append(f"{name}: {_show(a)} -> {_show(b)}")
     return out
 
 

@@ -389,17 +389,18 @@ def _glob_match(pattern: list[str], path: list[str]) -> bool:
 
 def _written_paths(config: "RunConfig") -> list[str]:
     """Files, relative to the run folder, of every kind a run writes: a pattern matching one would read its output."""
-    from tokenmill.pipeline.registry import STAGE_ORDER
+    from tokenmill.pipeline.registry import stage_order
 
     names = [s.name for s in config.sources]
     out = ["_logs/20260101T000000-ingest-abcdef.json"]
-    for stage in STAGE_ORDER:
+    for stage in stage_order():
         for prefix in ("", "_superseded/20260101T000000000000Z/"):
             base = f"{prefix}{stage}"
             out += [f"{base}/manifest.json", f"{base}/{LEGACY_KEY}", f"{base}/_work/commits/map/{names[0]}.00000.json",
                     f"{base}/_work/docs/{names[0]}.00000.parquet"]
             out += [f"{base}/{folder}/{n}.00000.parquet" for n in names for folder in ("shards", "dropped")]
-    out += ["tokenize/tokens.json", "tokenize/tokenizer.json", "dedup/clusters.parquet", "decontaminate/hits.parquet"]
+    out += ["tokenize/tokens.json", "tokenize/tokenizer.json", "tokenize/tokenizer_config.json",
+            "tokenize/special_tokens_map.json", "dedup/clusters.parquet", "decontaminate/hits.parquet"]
     out += [f"tokenize/{split}/{n}.00000{ext}" for n in names for split in ("train", "valid")
             for ext in (".bin", ".idx", ".docs.parquet")]
     return out

@@ -7,7 +7,7 @@ import resource
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import pyarrow.fs as pafs
 
@@ -26,14 +26,14 @@ from tokenmill.pipeline import runfolder, storage
 from tokenmill.pipeline.columns import check_chain
 from tokenmill.pipeline.commit import committed_record, damaged_files, record_path
 from tokenmill.pipeline.config import RunConfig
+from tokenmill.pipeline.contract import DriverPhase, PlanContext, ShardsResult, SourceStage, Stage
 from tokenmill.pipeline.documents import canonical_json, digest
 from tokenmill.pipeline.executor import run_tasks
 from tokenmill.pipeline.generations import find_restorable, restore
 from tokenmill.pipeline.ray_cluster import cluster_cpus, ray_session
-from tokenmill.pipeline.registry import STAGE_ORDER, build_stages
+from tokenmill.pipeline.registry import build_stages, stage_order
 from tokenmill.pipeline.resume import KEY_FILE, explain_change, stage_key, supersede
-from tokenmill.pipeline.stage import Stage
-from tokenmill.pipeline.tasks import PlanContext, TaskEnv
+from tokenmill.pipeline.tasks import TaskEnv
 from tokenmill.errors import StageFailed
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,8 @@ def run_pipeline(
 ) -> list[StageReport]:
     """Run ingest and every configured stage (or only `only`); returns one report per stage.
 
-    `stages` replaces the chain built from the config (ingest first), for embedding custom stages.
+    `stages` replaces the chain built from the config (a source stage such as ingest first), for embedding custom
+    stages.
     """
     reporter = reporter or LogReporter()
     stages = stages if stages is not None else build_stages(config)
@@ -156,7 +157,7 @@ def _check_earlier(fs, root: str, stages: list[Stage], upto: int) -> None:
 def _input_of(fs, root: str, stages: list[Stage], index: int):
     """(descriptor for the manifest, input hash, resume stamp, upstream content, input folder)."""
     stage = stages[index]
-    if index == 0:
+    if isinstance(stage, SourceStage):
         listing = stage.input_listing()
         return {"files": listing, "hash": digest(listing)}, digest(listing), stage.input_stamp(), None, None
     prev = stages[index - 1].name
@@ -182,7 +183,8 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     """Where this stage's output was restored from, when a superseded one of this key came back."""
     if (previous is not None and previous.get("key") != key) or (previous is None and storage.exists(fs, stage_dir)):
         why = explain_change(previous, identity, key) if previous else ["its folder has no key record"]
-        order = STAGE_ORDER + [s.name for s in stages if s.name not in STAGE_ORDER]
+        registered = stage_order()
+        order = registered + [s.name for s in stages if s.name not in registered]
         later = order[order.index(stage.name):]
         lock.check()
         dest = supersede(fs, root, later)
@@ -227,16 +229,21 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     shared: dict[str, Any] = {}
     run_count = skip_count = 0
     phase_stats: dict[str, dict[str, float]] = {}
-    phases = stage.phases()
-    records: dict[str, dict] = {}
     shard_records: dict[str, dict] = {}
-    for phase_index, phase in enumerate(phases):
+    for phase_index, phase in enumerate(stage.phases()):
         phase_started = time.time()
         ctx = PlanContext(stage_dir, input_dir, upstream["shards"] if upstream else [], shared, fs)
+        if isinstance(phase, DriverPhase):
+            reporter.phase_started(stage.name, phase.name, 0, 0)
+            shared[phase.name] = phase.build(stage, ctx)
+            reporter.phase_ended(stage.name, phase.name)
+            phase_stats[phase.name] = {"wall_seconds": round(time.time() - phase_started, 3), "tasks_run": 0,
+                                       "max_task_seconds": 0.0, "max_worker_peak_rss_mb": 0.0}
+            continue
         tasks = phase.plan(stage, ctx)
         if len({t.key for t in tasks}) != len(tasks):
             raise RuntimeError(f"stage {stage.name!r} phase {phase.name!r} planned two tasks with one key")
-        records = {}
+        records: dict[str, dict] = {}
         todo = []
         for task in tasks:
             record = committed_record(fs, stage_dir, phase.name, task.key, key)
@@ -247,9 +254,11 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
             else:
                 records[task.key] = record
         reporter.phase_started(stage.name, phase.name, len(tasks), len(records))
-        env = TaskEnv(config.output_location, stage.name, stages[index - 1].name if index else None, key, phase_index)
+        env = TaskEnv(config.output_location, stage.name, None if input_dir is None else stages[index - 1].name, key,
+                      phase_index)
         done, failures = run_tasks(
             stage, env, todo, shared,
+            resources=phase.resources,
             max_in_flight=max_in_flight,
             max_retries=config.execution.max_retries,
             on_done=lambda task: reporter.task_done(stage.name, phase.name),
@@ -268,12 +277,15 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         lock.check()
         if failures:
             raise StageFailed(stage.name, failures)
-        shared[phase.name] = phase.reduce(stage, {k: r["result"] for k, r in records.items()}, ctx)
-        if records and all(isinstance(r["result"], dict) and "shards" in r["result"] for r in records.values()):
+        results = {k: ShardsResult.from_json(r["result"]) if phase.writes_shards else r["result"]
+                   for k, r in records.items()}
+        shared[phase.name] = phase.reduce(stage, results, ctx)
+        if phase.writes_shards:
             shard_records = records
 
     entries = [entry for k in sorted(shard_records) for entry in shard_records[k]["result"]["shards"]]
-    content = build_content(stage.name, identity, descriptor, entries, stage.report)
+    reduced = {name: value for name, value in shared.items() if value is not None}
+    content = build_content(stage.name, identity, descriptor, entries, lambda stats: _report(stage, stats, reduced))
     check_conservation(content, stage.drop_reasons, upstream)
     lock.check()
     _remove_leftovers(fs, stage_dir, shard_records)
@@ -283,6 +295,14 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     path = write_manifest(fs, stage_dir, content, run_info, uuid.uuid4().hex)
     status = "resumed" if skip_count else "ran"
     return StageReport(stage.name, status, run_count, skip_count, content["totals"], run_info["seconds"], path, notes)
+
+
+def _report(stage: Stage, stats: dict[str, Any] | None, reduced: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The stage's report: its summed shard stats and, when any phase reduced something, those results (global
+    facts such as the cluster summary or the index reach the report directly, not through a shard's stats)."""
+    if reduced:
+        return stage.report(stats or {}, reduced)
+    return stage.report(stats) if stats is not None else None
 
 
 def _restore_if_superseded(fs, root: str, name: str, stage_dir: str, key: dict, lock: runfolder.RunLock) -> str | None:

@@ -1,47 +1,19 @@
-"""What a phase sees: the plan context on the driver, the task context in a worker, and the task entry point."""
+"""The worker side of a task: what travels with it (`TaskEnv`), and the entry point that runs and commits it."""
 
 from __future__ import annotations
 
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import pyarrow.fs as pafs
 
 from tokenmill.pipeline import faults
 from tokenmill.pipeline.commit import TaskWriter
-from tokenmill.pipeline.stage import Stage, Task
-
-
-@dataclass(frozen=True)
-class PlanContext:
-    """Driver-side view of a stage run: where its input and output are, and what earlier phases produced."""
-
-    stage_dir: str
-    input_dir: str | None
-    input_shards: list[dict[str, Any]]
-    shared: Mapping[str, Any] = field(default_factory=dict)
-    fs: Any = None
-    """The run folder's filesystem (`pyarrow.fs`)."""
-
-
-@dataclass
-class TaskContext:
-    """Worker-side view of one task attempt."""
-
-    stage_dir: str
-    input_dir: str | None
-    shared: Mapping[str, Any]
-    writer: TaskWriter
-
-    @property
-    def fs(self) -> pafs.FileSystem:
-        return self.writer.fs
-
-    def write(self, relpath: str, data: bytes) -> None:
-        """Write an output file (relative to the stage folder); it is published only when the task commits."""
-        self.writer.write(relpath, data)
+from tokenmill.pipeline.contract import Phase, ShardsResult, Stage, Task, TaskContext
+from tokenmill.pipeline.documents import digest
+from tokenmill.pipeline.storage import filesystem_for, join
 
 
 @dataclass(frozen=True)
@@ -57,8 +29,6 @@ class TaskEnv:
 
     def dirs(self) -> tuple[pafs.FileSystem, str, str | None]:
         """The filesystem, the stage folder and the input stage's folder, as paths in that filesystem."""
-        from tokenmill.pipeline.storage import filesystem_for, join
-
         fs, root = filesystem_for(self.output)
         return fs, join(root, self.stage), (join(root, self.input_stage) if self.input_stage else None)
 
@@ -68,8 +38,6 @@ _SET_UP: dict[str, Stage] = {}
 
 def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, Any]) -> dict[str, Any]:
     """Run one task of a phase and commit it; returns its completion record."""
-    from tokenmill.pipeline.documents import digest
-
     # One set-up per worker and stage run: models and indexes load once, not once per task.
     cache_key = digest([type(stage).__qualname__, env.stage_key, env.phase_index])
     if cache_key not in _SET_UP:
@@ -79,6 +47,8 @@ def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, An
     stage = _SET_UP[cache_key]
     fs, stage_dir, input_dir = env.dirs()
     phase = stage.phases()[env.phase_index]
+    if not isinstance(phase, Phase):
+        raise TypeError(f"stage {stage.name!r} phase {phase.name!r} runs on the driver, not as tasks")
     writer = TaskWriter(fs, stage_dir, phase.name, task.key)
     ctx = TaskContext(stage_dir, input_dir, shared, writer)
     # Fault-injection hooks (pipeline/faults.py) for the kill-and-resume tests; inert unless switched on.
@@ -86,8 +56,12 @@ def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, An
     faults.point("start", stage_dir, phase.name, task.key)
     started = time.perf_counter()
     result = phase.run(stage, task, ctx)
+    if phase.writes_shards and not isinstance(result, ShardsResult):
+        raise TypeError(f"stage {stage.name!r} phase {phase.name!r} writes shards: its tasks return a ShardsResult, "
+                        f"not {type(result).__name__}")
     faults.point("before_commit", stage_dir, phase.name, task.key)
-    record = writer.commit(env.stage_key, result)
+    # The record keeps the JSON shape it always had: `{"shards": [...]}` for a shard-writing task.
+    record = writer.commit(env.stage_key, result.to_json() if isinstance(result, ShardsResult) else result)
     faults.point("end", stage_dir, phase.name, task.key)
     # Not part of the committed record (that stays deterministic): how long, and the worker's peak memory so far.
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -1,1 +1,1 @@
-"""The pipeline's stages, in order after the implicit ingest: sample (clean, dedup, decontaminate, tokenize follow)."""
+"""The pipeline's stages. Each registers itself (`Stage.order`); `pipeline.registry` imports every module here."""

@@ -6,14 +6,15 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import pyarrow as pa
+from pydantic import Field
 
+from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.pipeline.contract import Phase, PlanContext, RunContext, ShardsResult, SourceStage, Task, TaskContext
 from tokenmill.pipeline.documents import BASE_SCHEMA, canonical_json
 from tokenmill.pipeline.map_phase import split_and_write
-from tokenmill.pipeline.stage import Phase, Stage, Task
-from tokenmill.pipeline.tasks import PlanContext, TaskContext
 from tokenmill.readers import READERS, reader_drop_reasons
 from tokenmill.readers.base import Record, check_unchanged, file_stamp
 
@@ -24,6 +25,23 @@ PACK_BYTES = 64 * 2**20
 PACK_MIN_FILES = 64
 """A source packs its small files only when it has at least this many (smaller than the pack budget): below it the
 per-task cost is a few seconds at most, and its files keep a task, task key and shard names each, as before packing."""
+
+
+class IngestConfig(StageConfig):
+    """Options of the implicit first stage that reads the sources into Parquet shards."""
+
+    docs_per_shard: int = Field(default=10_000, ge=1)
+    """Records per ingest shard; a file with more records is split into parts."""
+    max_shard_bytes: int = Field(default=128 * 2**20, ge=1)
+    """Text bytes (UTF-8) per ingest shard, at most: a part ends early once its records reach this. Every later
+    stage reads one shard per task, so this bounds a worker's memory whatever the document sizes (20,000 books of
+    12 KB would otherwise make one 247 MB shard). A single larger record still makes a shard of its own."""
+    pack_bytes: Optional[int] = Field(default=None, ge=1)
+    """Input bytes (file sizes on disk) one ingest task reads when a source has many small files: consecutive files
+    of the source, in listing order, share a task and its shards until their sizes reach this, so 2,000 files of
+    1 KB make one shard, not 2,000. A file this size or larger is read by a task of its own, as is every file of a
+    source with fewer than 64 files smaller than this (`ingest.PACK_MIN_FILES`). Unset: 64 MiB, and left out of the
+    stage's identity, so runs that pack nothing keep their keys."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,7 @@ class ReadSources(Phase):
     split, so a large file becomes several parts of one task."""
 
     name = "read"
+    writes_shards = True
 
     def plan(self, stage: "IngestStage", ctx: PlanContext) -> list[Task]:
         stamps = stage.file_stamps()
@@ -122,7 +141,7 @@ class ReadSources(Phase):
                               params={"files": members, "stamps": [stamps[i] for i in group]}))
         return tasks
 
-    def run(self, stage: "IngestStage", task: Task, ctx: TaskContext) -> dict[str, Any]:
+    def run(self, stage: "IngestStage", task: Task, ctx: TaskContext) -> ShardsResult:
         files: list[SourceFile] = task.params["files"]
         name = files[0].source
         source = stage.run.sources[name]
@@ -148,7 +167,7 @@ class ReadSources(Phase):
         for file, stamp in zip(files, task.params["stamps"]):
             expected = stamp or file_stamp(file.path, "mtime", file.size)
             check_unchanged(file.path, f"{file.source}:{file.relpath}", expected)
-        return {"shards": entries}
+        return ShardsResult(entries)
 
 
 def _parts(records: Iterator[Any], size: int, max_bytes: int, text=lambda r: r.text) -> Iterator[list[Any]]:
@@ -168,17 +187,26 @@ def _parts(records: Iterator[Any], size: int, max_bytes: int, text=lambda r: r.t
         yield part
 
 
-class IngestStage(Stage):
+class IngestStage(SourceStage):
+    """Read every source file into Parquet shards of documents in the base schema."""
+
     name = "ingest"
-    needs = frozenset()
+    order = 0
+    config_class = IngestConfig
     adds = tuple(BASE_SCHEMA)
     drop_reasons = reader_drop_reasons()
 
-    def __init__(self, config, run, files: list[SourceFile]):
+    config: IngestConfig
+
+    def __init__(self, config: IngestConfig, run: RunContext, files: list[SourceFile]):
         super().__init__(config, run)
         self.files = files
         self._stamps: list[dict[str, Any]] | None = None
         self._groups: list[list[int]] | None = None
+
+    @classmethod
+    def build(cls, config, run: RunContext) -> "IngestStage":
+        return cls(config.ingest, run, list_source_files(config))
 
     def groups(self) -> list[list[int]]:
         """The files' indexes, one list per read task (`pack_files`)."""

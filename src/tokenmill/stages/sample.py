@@ -10,7 +10,8 @@ import pyarrow.compute as pc
 import xxhash
 
 from tokenmill.pipeline.config_base import StageConfig
-from tokenmill.pipeline.stage import Processed, Stage
+from tokenmill.pipeline.contract import Processed
+from tokenmill.pipeline.map_phase import MapStage
 
 _SCALE = 2.0**64
 
@@ -39,8 +40,12 @@ def keep_mask(seed: int, source: str, ids: list[str], fraction: float) -> np.nda
     return sample_keys(seed, source, ids) < threshold
 
 
-class SampleStage(Stage):
+class SampleStage(MapStage):
+    """Keep a deterministic share (`fraction`) of each source."""
+
     name = "sample"
+    order = 10
+    config_class = SampleConfig
     needs = frozenset({"id", "source"})
     drop_reasons = ("sampled_out",)
 

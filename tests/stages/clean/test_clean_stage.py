@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from tokenmill.pipeline.config import SourceConfig
-from tokenmill.pipeline.stage import RunContext
+from tokenmill.pipeline.contract import RunContext
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.stage import CleanStage
 

@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import REPO
 from tests.stages.clean.test_clean_stage import run, run_context
-from tokenmill.stages.clean.code_blocks import code_layout_errors, indentation
+from tokenmill.stages.clean.code_blocks import indentation
+from tokenmill.stages.clean.layout_check import code_layout_errors
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.escapes import content_kind
 from tokenmill.stages.clean.normalize import whitespace_layout

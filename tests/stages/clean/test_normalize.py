@@ -145,7 +145,7 @@ def test_the_code_kept_is_named_apart_from_the_steps_that_changed_the_text():
 
 
 def test_code_layout_errors_names_lost_indentation_and_tabs():
-    from tokenmill.stages.clean.code_blocks import code_layout_errors
+    from tokenmill.stages.clean.layout_check import code_layout_errors
 
     before = "all:\n\tcc -o a a.c\r\nclean:\n\trm  -f a   \n"
     assert code_layout_errors(before, normalize_whitespace(before, "document")) == []

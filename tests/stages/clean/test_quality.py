@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from tests.conftest import SHARED_DATA
 from tokenmill.stages.clean import quality as q
+from tokenmill.stages.clean.quality import measures
 from tokenmill.stages.clean.quality import (
     QUALITY_DROP_REASONS,
     QUALITY_SCORE_COLUMNS,
@@ -303,7 +304,7 @@ def test_batches_and_chunks_do_not_change_scores(web, monkeypatch):
     texts = web[:300] + [ZH_GOOD, GOOD, ""]
     langs = ["en"] * 300 + ["zh", "en", "en"]
     whole = quality_scores(texts, langs, QualityConfig())
-    monkeypatch.setattr(q, "_CHUNK_CHARS", 20_000)
+    monkeypatch.setattr(measures, "_CHUNK_CHARS", 20_000)
     chunked = quality_scores(texts, langs, QualityConfig())
     for i in (0, 17, 150, 300, 301):
         alone = quality_scores([texts[i]], [langs[i]], QualityConfig())

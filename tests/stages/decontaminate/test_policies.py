@@ -11,8 +11,7 @@ import pytest
 
 from tokenmill.pipeline.commit import TaskWriter
 from tokenmill.pipeline.config import SourceConfig
-from tokenmill.pipeline.stage import RunContext, Task
-from tokenmill.pipeline.tasks import TaskContext
+from tokenmill.pipeline.contract import RunContext, Task, TaskContext
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.decontaminate.ngrams import build_index
 from tokenmill.stages.decontaminate.stage import Decontaminate, DecontaminateStage
@@ -37,6 +36,6 @@ def test_policies(tmp_path, policy, expected):
     out = str(tmp_path / "out")
     ctx = TaskContext(out, str(tmp_path / "in"), shared, TaskWriter(pafs.LocalFileSystem(), out, "map", "x"))
     result = Decontaminate().run(DecontaminateStage(config, run),
-                                 Task(key="x", inputs=("x.parquet",), params={"source": "s", "first": False}), ctx)
-    assert Counter(result["shards"][0]["drops"]) == Counter(expected)
-    assert result["shards"][0]["docs_out"] == 3 - sum(expected.values())
+                                 Task(key="x", inputs=("x.parquet",), params={"source": "s"}), ctx)
+    assert Counter(result.shards[0]["drops"]) == Counter(expected)
+    assert result.shards[0]["docs_out"] == 3 - sum(expected.values())

@@ -101,8 +101,12 @@ def test_natural_then_planted_hits(ray_cluster, shared_data, tmp_path):
         assert any(r["id"] == doc and r["evalset"] == evalset and r["field"].startswith(field)
                    and r["rule"] == (rule[0] if rule else "ngram") for r in hits), doc
     assert not any(r["id"].startswith("p-common") for r in hits)  # in 11 documents: a common phrase, kept
-    report = json.loads((out / "manifest.json").read_text())["content"]["report"]
+    content = json.loads((out / "manifest.json").read_text())["content"]
+    report = content["report"]
     assert report["common_ngrams_ignored"] and all(c["documents"] >= 11 for c in report["common_ngrams_ignored"])
+    # The index summary and the common n-grams reach the report directly, not through the first shard's stats.
+    assert report["index"]["ngrams"] > 0
+    assert not any({"index", "common_ngrams"} & set(s.get("stats") or {}) for s in content["shards"])
     assert report["evalsets"]["gsm8k"]["found"] >= 2 and report["evalsets"]["cmrc"]["by_source"]["zh"]
     # Coverage per set: n by GPT-3's rule, and every item counted under one rule.
     sets = report["evalsets"]

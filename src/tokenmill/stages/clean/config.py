@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
+
+from pydantic import model_serializer
 
 from tokenmill.pipeline.config_base import StageConfig, StrictModel
 from tokenmill.stages.clean.escapes import EscapePolicy
@@ -13,7 +15,12 @@ from tokenmill.stages.clean.quality import QualityConfig
 
 
 class CleanOverride(StrictModel):
-    """Settings for one source, one subset, or one subset of one source; the most specific override wins."""
+    """Settings for one source, one subset, or one subset of one source; the most specific override wins.
+
+    Every clean filter with settings reads them through the same override lookup (`stages/clean/filter.py:resolve`),
+    so each of its settings fields (`escapes`, `normalize`, `pii`, `langid`, `quality`) can be set here. A field
+    left out keeps the stage's setting for these documents (a filter cannot be turned off per source).
+    """
 
     source: Optional[str] = None
     """Source name this override applies to (any source when left out)."""
@@ -26,6 +33,23 @@ class CleanOverride(StrictModel):
     normalize: Optional[NormalizeConfig] = None
     """The normalization steps for these documents, in place of the stage's (the whole block: keys left out take
     their defaults), e.g. `{code: document}` for a subset of source files such as the Pile's Github."""
+    pii: Optional[PiiConfig] = None
+    """The PII replacement for these documents, e.g. `{ip: false}` for a subset of network logs."""
+    langid: Optional[LangidConfig] = None
+    """The language-identification settings for these documents, e.g. a higher `min_score` for a multilingual forum."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        # Fields that joined the override later (pii, langid, a new filter's) stay out of the dump while unset, so
+        # the run identity (the resume key, the golden manifests) of a config written before them does not move.
+        data = handler(self)
+        for key in [k for k, v in data.items() if v is None and k not in _FIRST_FIELDS]:
+            del data[key]
+        return data
+
+
+_FIRST_FIELDS = ("source", "subset", "escapes", "quality", "normalize")
+"""The override's fields before filters shared one lookup: always in the dump, as they always were."""
 
 
 class CleanConfig(StageConfig):
@@ -34,7 +58,7 @@ class CleanConfig(StageConfig):
     escapes: EscapePolicy = EscapePolicy()
     """What to do with text that still carries escapes from an upstream serialization (the OPT lesson)."""
     overrides: list[CleanOverride] = []
-    """Per source and subset `escapes`, `normalize` or `quality`, e.g. `{source: pile, subset: ArXiv, escapes: {mode:
+    """Per source and subset `escapes`, `normalize`, `pii`, `langid` or `quality`, e.g. `{source: pile, subset: ArXiv, escapes: {mode:
     flag}}` or `{source: pile, subset: Github, normalize: {code: document}}`."""
     normalize: NormalizeConfig = NormalizeConfig()
     """Unicode and whitespace normalization steps, and where whitespace is code's own (kept)."""

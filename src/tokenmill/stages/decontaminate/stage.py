@@ -17,9 +17,8 @@ from tokenmill.pipeline.stats import NO_SUBSET, text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.documents import parquet_bytes, read_shard
-from tokenmill.pipeline.map_phase import shard_name, split_and_write
-from tokenmill.pipeline.stage import Phase, Stage, Task
-from tokenmill.pipeline.tasks import PlanContext, TaskContext
+from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
+from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.decontaminate.evalsets import load_evalset
 from tokenmill.stages.decontaminate.excise import excise
@@ -33,19 +32,13 @@ HITS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("subset"
                          ("rule", pa.string()), ("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())])
 
 
-class BuildIndex(Phase):
-    """No tasks: the driver builds the n-gram index of every evaluation field once; the runner shares it with every
-    later task through the object store."""
+class BuildIndex(DriverPhase):
+    """On the driver, no tasks: the n-gram index of every evaluation field, built once; the runner shares it with
+    every later task through the object store, and its summary goes to the report."""
 
     name = "index"
 
-    def plan(self, stage: "DecontaminateStage", ctx: PlanContext) -> list[Task]:
-        return []
-
-    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> Any:
-        raise AssertionError("the index phase plans no tasks")
-
-    def reduce(self, stage: "DecontaminateStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+    def build(self, stage: "DecontaminateStage", ctx: PlanContext) -> Any:
         started = time.perf_counter()
         cfg = stage.config
 
@@ -116,13 +109,15 @@ class CountNgrams(Phase):
 
 
 class Decontaminate(Phase):
-    name = "map"
+    """Per shard: excise (or drop) the matches that are not common phrases; every hit to `_work/hits/`."""
+
+    name = "excise"
+    writes_shards = True
 
     def plan(self, stage: "DecontaminateStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"], "first": i == 0})
-                for i, s in enumerate(ctx.input_shards)]
+        return shard_tasks(ctx)
 
-    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> Any:
+    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> ShardsResult:
         cfg: DecontaminateConfig = stage.config
         table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
         filled = with_fallbacks(table, stage)
@@ -163,14 +158,11 @@ class Decontaminate(Phase):
                                  "hits": len(hits["id"]), "excised_chars": removed_chars,
                                  "documents_with_hits": sum(1 for r, t0, t1 in zip(reasons, texts, out_texts)
                                                             if r is not None or t0 != t1)}
-        if task.params["first"]:  # global facts ride on the first shard's stats into the report
-            stats["index"] = ctx.shared["index"]["summary"]
-            stats["common_ngrams"] = ctx.shared["count"]["common"]
         # Excision shortens texts: the manifest's bytes_in must be what came in, so the cut bytes stay in the lineage.
         entry = split_and_write(stage, ctx, task.key, task.params["source"], out, pa.array(reasons, pa.string()), stats,
                                 bytes_in=text_bytes(table))
         entry["input"] = task.inputs[0]
-        return {"shards": [entry]}
+        return ShardsResult([entry])
 
 
 class JoinHits(Phase):
@@ -190,7 +182,12 @@ class JoinHits(Phase):
 
 
 class DecontaminateStage(Stage):
+    """Evaluation-set n-grams excised from the corpus, every hit reported (docs/decontaminate.md)."""
+
     name = "decontaminate"
+    order = 40
+    config_class = DecontaminateConfig
+    paths = ("evalsets[].path",)
     needs = frozenset({"id", "text", "source", "subset"})
     uses = frozenset({"lang"})
     drop_reasons = ("contaminated", "contamination_fragmented", "contamination_left_too_little")
@@ -199,8 +196,7 @@ class DecontaminateStage(Stage):
 
     def __init__(self, config: DecontaminateConfig, run):
         super().__init__(config, run)
-        self.evalset_paths = [str(Path(e.path) if Path(e.path).is_absolute() else Path(run.base_dir) / e.path)
-                              for e in config.evalsets]
+        self.evalset_paths = [self.resolve(e.path) for e in config.evalsets]
 
     def identity(self) -> dict[str, Any]:
         identity = super().identity()
@@ -213,10 +209,11 @@ class DecontaminateStage(Stage):
     def phases(self) -> list[Phase]:
         return [BuildIndex(), CountNgrams(), Decontaminate(), JoinHits()]
 
-    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+    def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Per evaluation set: its n and how its items were checked (coverage), items found (number and fraction),
         per source and subset; the index; common n-grams."""
-        index = stats.get("index", {})
+        reduced = reduced or {}
+        index = (reduced.get("index") or {}).get("summary", {})
         totals = index.get("items", {})
         coverage = index.get("coverage", {})
         evalsets = {}
@@ -243,4 +240,4 @@ class DecontaminateStage(Stage):
                 summary.append(f"{name}: {len(items):,} of {totals[name]:,} items found in the corpus ({100 * fraction:.2f}%)")
         return {"evalsets": evalsets, "hits": stats.get("hits", 0), "documents_with_hits": stats.get("documents_with_hits", 0),
                 "excised_chars": stats.get("excised_chars", 0), "index": index,
-                "common_ngrams_ignored": stats.get("common_ngrams", []), "summary": summary}
+                "common_ngrams_ignored": (reduced.get("count") or {}).get("common", []), "summary": summary}

@@ -4,7 +4,8 @@
     written partitioned by key. (b) `buckets`, per partition: equal keys make candidate pairs (exact pairs apart);
     a bucket over the cap goes whole to (c). (c) `verify`, per partition: exact Jaccard of the shingle sets, reading
     only the documents its pairs and over-cap buckets name; leader clustering inside each over-cap bucket.
-(d) `clusters`, one task over edges only: components, then the keep/drop choice. (e) `map`, per shard: filter.
+(d) `clusters`, one task over edges only: components, then the keep/drop choice. (e) `filter`, per shard: drop
+    what (d) decided. The reduced counts of (b), (c) and (d) reach `DedupStage.report` directly.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
 from tokenmill.dedup.verify import verify
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import parquet_bytes, read_shard
-from tokenmill.pipeline.map_phase import shard_name, split_and_write
-from tokenmill.pipeline.stage import Phase, Stage, Task
-from tokenmill.pipeline.tasks import PlanContext, TaskContext
+from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
+from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
 from tokenmill.stages.dedup.config import DedupConfig
 
 EXACT_BAND = 0xFFFF  # the band number exact hashes travel under
@@ -304,13 +304,15 @@ class Clusters(Phase):
 
 
 class FilterShards(Phase):
-    name = "map"
+    """Per shard: drop the documents the cluster phase removed; count cluster members per source."""
+
+    name = "filter"
+    writes_shards = True
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"index": i, "source": s["source"]})
-                for i, s in enumerate(ctx.input_shards)]
+        return shard_tasks(ctx)
 
-    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> ShardsResult:
         table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
         reasons = [None] * table.num_rows
         stats: dict[str, Any] = {}
@@ -324,18 +326,18 @@ class FilterShards(Phase):
                 key = reason or "kept_in_cluster"
                 stats.setdefault("cluster_members", {}).setdefault(source, {}).setdefault(key, 0)
                 stats["cluster_members"][source][key] += 1
-        if task.params["index"] == 0:
-            # The cluster summary is global: it rides on the first shard's stats into the manifest report.
-            stats["clusters"] = ctx.shared.get("clusters")
-            stats["candidates"] = {**(ctx.shared.get("buckets") or {}), **(ctx.shared.get("verify") or {})}
         entry = split_and_write(stage, ctx, task.key, task.params["source"], table, pa.array(reasons, pa.string()),
                                 stats or None)
         entry["input"] = task.inputs[0]
-        return {"shards": [entry]}
+        return ShardsResult([entry])
 
 
 class DedupStage(Stage):
+    """Exact, then MinHash-LSH near-duplicate removal above a Jaccard threshold (docs/dedup.md)."""
+
     name = "dedup"
+    order = 30
+    config_class = DedupConfig
     needs = frozenset({"id", "text", "source"})
     uses = frozenset({"lang"})
     drop_reasons = ("exact_duplicate", "near_duplicate")
@@ -362,11 +364,12 @@ class DedupStage(Stage):
     def phases(self) -> list[Phase]:
         return [Signatures(), Buckets(), Verify(), Clusters(), FilterShards()]
 
-    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+    def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Clusters per source with their size histogram, members kept or dropped per source, and the candidate
         counts: pairs proposed, buckets over the cap, pairs verified, above the threshold, rejected, not verified."""
-        clusters = stats.get("clusters") or {}
-        cand = stats.get("candidates") or {}
+        reduced = reduced or {}
+        clusters = reduced.get("clusters") or {}
+        cand = {**(reduced.get("buckets") or {}), **(reduced.get("verify") or {})}
         summary = [f"{clusters.get('clusters', 0):,} duplicate clusters: {clusters.get('exact_duplicates', 0):,} exact and "
                    f"{clusters.get('near_duplicates', 0):,} near duplicates removed (bands x rows = "
                    f"{self.bands} x {self.rows})",

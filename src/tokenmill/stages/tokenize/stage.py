@@ -13,14 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from tokenmill.errors import ConfigError
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import parquet_bytes, canonical_json, read_shard
+from tokenmill.pipeline.documents import parquet_bytes, read_shard
 from tokenmill.pipeline.stats import NO_SUBSET
-from tokenmill.pipeline.map_phase import shard_name, split_and_write
-from tokenmill.pipeline.stage import Phase, Stage, Task
-from tokenmill.pipeline.tasks import PlanContext, TaskContext
+from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
+from tokenmill.pipeline.map_phase import shard_tasks, split_and_write
 from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTokenizer
 from tokenmill.tokenize.fast_engine import encode_checked, tiktoken_encoding
+from tokenmill.tokenize import hf_files, tokens_json
 from tokenmill.tokenize.indexed import IndexedWriter, dtype_for_vocab, parse_index
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
 
@@ -58,31 +59,31 @@ class PrepareTokenizer(Phase):
         tables = (read_shard(storage.join(ctx.input_dir, path), ctx.fs) for path in task.params["shards"])
         tok = stage.make_tokenizer(tables)
         data = tok.tokenizer.to_str().encode("utf-8")
-        ctx.write("tokenizer.json", data)
+        ctx.write(tokens_json.TOKENIZER_FILE, data)
+        for name, content in hf_files.transformers_files(stage.config.eos_token).items():
+            ctx.write(name, content)  # so that transformers' AutoTokenizer knows the end-of-text token
         return {"sha256": hashlib.sha256(data).hexdigest(), "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
 
     def reduce(self, stage: "TokenizeStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         from tokenizers import Tokenizer
 
         data = storage.read_bytes(ctx.fs, storage.join(ctx.stage_dir, "tokenizer.json")).decode("utf-8")
-        tok = _loaded(Tokenizer.from_str(data), stage.config.eos_token)
-        stage.tokenizer_vocab = tok.vocab_size  # for report(), on this driver: a trained vocabulary may fall short
-        return tok
+        return _loaded(Tokenizer.from_str(data), stage.config.eos_token)
 
 
 class Encode(Phase):
     """Per shard: every document's ids and its end-of-text id, into train and valid `.bin`/`.idx` pairs."""
 
-    name = "map"
+    name = "encode"
+    writes_shards = True
 
     def plan(self, stage: "TokenizeStage", ctx: PlanContext) -> list[Task]:
         if not ctx.input_shards:
             log.warning("tokenize: the input stage has no shards: no token files are written and tokens.json lists "
                         "none; check what the earlier stages kept (`tokenmill manifest show RUN`)")
-        return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"]})
-                for s in ctx.input_shards]
+        return shard_tasks(ctx)
 
-    def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
+    def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> ShardsResult:
         cfg: TokenizeConfig = stage.config
         tok: LoadedTokenizer = ctx.shared["tokenizer"]
         table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
@@ -137,7 +138,7 @@ class Encode(Phase):
         entry["input"] = task.inputs[0]
         entry["token_files"] = files
         entry["engine"] = "+".join(sorted(engines)) or "tokenizers"
-        return {"shards": [entry]}
+        return ShardsResult([entry])
 
 
 class WriteIndex(Phase):
@@ -177,21 +178,22 @@ class WriteIndex(Phase):
                     "engine": storage.read_bytes(ctx.fs, prefix + ".engine").decode(),
                     "sha256": {ext: hashlib.sha256(raw).hexdigest() for ext, raw in data.items()},
                 })
-            splits[split] = sorted(entries, key=lambda e: e["prefix"])
-        index = {
-            "format": "megatron-mmidx", "version": 1,
-            "tokenizer": {"file": "tokenizer.json", "sha256": tok.sha256, "vocab_size": tok.vocab_size,
-                          "eos_id": tok.eos_id, "eos_token": stage.config.eos_token},
-            "dtype": str(dtype_for_vocab(tok.vocab_size)),
-            "splits": {s: {"documents": sum(e["documents"] for e in files), "tokens": sum(e["tokens"] for e in files),
-                           "files": files} for s, files in splits.items()},
-        }
-        ctx.write("tokens.json", (canonical_json(index) + "\n").encode("utf-8"))
+            splits[split] = entries
+        index = tokens_json.build(
+            {"file": tokens_json.TOKENIZER_FILE, "sha256": tok.sha256, "vocab_size": tok.vocab_size,
+             "eos_id": tok.eos_id, "eos_token": stage.config.eos_token},
+            str(dtype_for_vocab(tok.vocab_size)), splits)
+        ctx.write(tokens_json.FILE, tokens_json.dumps(index))
         return {"tokens": {s: v["tokens"] for s, v in index["splits"].items()}}
 
 
 class TokenizeStage(Stage):
+    """Byte-level BPE into Megatron `.bin`/`.idx` token files, train and valid splits, and `tokens.json`."""
+
     name = "tokenize"
+    order = 50
+    config_class = TokenizeConfig
+    paths = ("tokenizer", "tokenizer.encoder", "tokenizer.merges")
     needs = frozenset({"id", "text", "source", "subset"})
 
     config: TokenizeConfig
@@ -205,9 +207,6 @@ class TokenizeStage(Stage):
             return load_gpt2_files(self.resolve(spec.encoder), self.resolve(spec.merges), eos)
         return load_tokenizer(self.resolve(spec), eos)
 
-    def resolve(self, path: str) -> str:
-        return str(Path(path) if Path(path).is_absolute() else Path(self.run.base_dir) / path)
-
     def identity(self) -> dict[str, Any]:
         identity = super().identity()
         spec = self.config.tokenizer
@@ -219,29 +218,44 @@ class TokenizeStage(Stage):
     def phases(self) -> list[Phase]:
         return [PrepareTokenizer(), Encode(), WriteIndex()]
 
-    tokenizer_vocab: int | None = None
-    """The vocabulary size of the tokenizer this run uses, set on the driver when the tokenizer phase is reduced."""
+    @classmethod
+    def config_problems(cls, config: TokenizeConfig, resolve_path) -> list[str]:
+        """A configured tokenizer must load, so a bad one stops the run before ingest, not after it."""
+        spec = config.tokenizer
+        try:
+            if isinstance(spec, str):
+                load_tokenizer(str(resolve_path(spec)), config.eos_token)
+            elif isinstance(spec, Gpt2Files):
+                load_gpt2_files(str(resolve_path(spec.encoder)), str(resolve_path(spec.merges)), config.eos_token)
+        except ConfigError as err:
+            return [str(err)]
+        except Exception as err:  # noqa: BLE001 - tokenizers raises bare Exceptions for files not what they claim
+            return [f"stages.tokenize.tokenizer: {spec.encoder!r} and {spec.merges!r} are not GPT-2 encoder.json "
+                    f"and vocab.bpe files: {err}"]
+        return []
 
-    def warnings(self, stats: Mapping[str, Any]) -> list[str]:
-        """What a person must hear about this run although it succeeded: a trained vocabulary smaller than asked,
-        no documents at all."""
+    def warnings(self, stats: Mapping[str, Any], vocab: int | None = None) -> list[str]:
+        """What a person must hear about this run although it succeeded: a trained vocabulary (`vocab`, the
+        tokenizer phase's) smaller than asked, no documents at all."""
         out = []
         spec = self.config.tokenizer
-        if isinstance(spec, TrainTokenizer) and self.tokenizer_vocab is not None \
-                and self.tokenizer_vocab < spec.train.vocab_size:
-            out.append(f"the trained tokenizer has {self.tokenizer_vocab:,} tokens of the {spec.train.vocab_size:,} "
+        if isinstance(spec, TrainTokenizer) and vocab is not None and vocab < spec.train.vocab_size:
+            out.append(f"the trained tokenizer has {vocab:,} tokens of the {spec.train.vocab_size:,} "
                        f"asked (tokenizer.train.vocab_size): its training sample (at most {spec.train.sample_docs:,} "
                        f"documents) holds too little distinct text for more merges; train on more documents or ask "
-                       f"for a vocabulary of {self.tokenizer_vocab:,} or less")
+                       f"for a vocabulary of {vocab:,} or less")
         documents = stats.get("documents", {})
         if not sum(documents.values()):
             out.append("no documents to tokenize: every token file is empty and the loader has nothing to read; "
                        "check what the earlier stages dropped (`tokenmill manifest show RUN`)")
         return out
 
-    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+    def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        tokenizer = (reduced or {}).get("tokenizer")
+        if not stats and tokenizer is None:
+            return None
         tokens = stats.get("tokens", {})
-        warnings = self.warnings(stats)
+        warnings = self.warnings(stats, tokenizer.vocab_size if tokenizer is not None else None)
         for warning in warnings:
             log.warning("tokenize: %s", warning)
         return {"tokens": tokens, "documents": stats.get("documents", {}),

@@ -1,0 +1,86 @@
+"""Words and sentences by regex: spaCy-like splitting, about 9x faster than spaCy's blank English pipeline."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Iterable
+
+from datatrove.utils.text import TERMINAL_PUNCTUATION
+from datatrove.utils.word_tokenizers import WordTokenizer
+
+
+def _char_ranges(codepoints: Iterable[int]) -> str:
+    """A regex character-class body for a sorted set of code points, as ranges."""
+    out, start, prev = [], None, None
+    for c in codepoints:
+        if start is None:
+            start = prev = c
+        elif c == prev + 1:
+            prev = c
+        else:
+            out.append((start, prev))
+            start = prev = c
+    if start is not None:
+        out.append((start, prev))
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in out)
+
+
+# Python's \w leaves out combining marks (Devanagari vowel signs, Arabic harakat, Latin diacritics as separate
+# characters), which would cut words of many scripts into pieces; a word character here is \w or a mark of the
+# Basic Multilingual Plane (marks beyond it would stop `re` from compiling the class to a fast lookup table: 3x slower).
+_MARKS = _char_ranges(c for c in range(0x10000) if unicodedata.category(chr(c)) in ("Mn", "Mc", "Me"))
+_W = rf"\w{_MARKS}"
+_URL = r"(?:https?://|www\.)[^\s<>\"'()\[\]{}]*[^\s<>\"'()\[\]{}.,;:!?]"
+
+TOKEN_RE = re.compile(
+    rf"{_URL}"  # a URL is one token (spaCy's URL_MATCH)
+    rf"|\d++(?:[.,:/-]\d++)*+(?![{_W}])"  # 1,000  3.14  10:30  2019-07-17  20/08/2018
+    rf"|[{_W}]+"  # a run of word characters
+    r"|\.\.+"  # an ellipsis made of dots
+    rf"|[^{_W}\s]"  # any other character alone: punctuation, symbols
+)
+"""Word tokens: punctuation is split off words (as spaCy does), numbers with inner separators and URLs stay whole."""
+
+_TERMINAL = "".join(re.escape(c) for c in sorted(TERMINAL_PUNCTUATION))
+_TERMINAL_BMP = "".join(re.escape(c) for c in sorted(TERMINAL_PUNCTUATION) if ord(c) < 0x10000)
+SENTENCE_END_RE = re.compile(
+    # A cheap test first (a class of BMP characters compiles to a lookup table; any astral character passes),
+    # or `re` tries every lookbehind at every position.
+    rf"(?=[{_TERMINAL_BMP}\U00010000-\U0010FFFF])"
+    r"(?<!\b[A-Z])(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)(?<!\be\.g)(?<!\bi\.e)(?<!\betc)"
+    rf"[{_TERMINAL}]+[\"'”’»)\]]*(?=\s+\S)"
+)
+"""A sentence boundary: terminal punctuation (datatrove's set), closing quotes or brackets, then space and more text.
+Not after an initial (`J. Smith`, `U.S.`) or a few abbreviations spaCy keeps whole (`Mr.`, `e.g.`, `etc.`)."""
+
+
+def split_words(text: str) -> list[str]:
+    """Word tokens of `text` (see `TOKEN_RE`); none is empty or holds whitespace."""
+    return TOKEN_RE.findall(text)
+
+
+def count_sentences(text: str) -> int:
+    """Sentences in `text`: one more than the boundaries inside it (an empty text counts 1, as datatrove's does)."""
+    return 1 + len(SENTENCE_END_RE.findall(text))
+
+
+class RegexWordTokenizer(WordTokenizer):
+    """tokenmill's regex tokenizer as a datatrove `WordTokenizer`, to run datatrove's own filters with it.
+
+    datatrove's filters take `language=`, which `load_word_tokenizer` also accepts as a `WordTokenizer` instance:
+    `GopherQualityFilter(language=RegexWordTokenizer())` runs datatrove's rule code on our words and sentences.
+    """
+
+    def __init__(self):
+        super().__init__("regex")
+
+    def word_tokenize(self, text: str) -> list[str]:
+        return split_words(text)
+
+    def sent_tokenize(self, text: str) -> list[str]:
+        return [s for a, b in self.span_tokenize(text) if (s := text[a:b].strip())]
+
+    def span_tokenize(self, text: str) -> list[tuple[int, int]]:
+        ends = [m.end() for m in SENTENCE_END_RE.finditer(text)]
+        return list(zip([0, *ends], [*ends, len(text)]))

@@ -1,0 +1,56 @@
+"""The clean stage's per-shard counts: documents, escape leaks and their worst examples, edits, PII, languages."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from tokenmill.pipeline.stats import NO_SUBSET
+
+WORST_EXAMPLES = 20
+"""Leaking documents named in the manifest's leak report, worst first."""
+
+
+class CleanStats:
+    """Per-shard counts for the leak report and the other cleaning steps (summed across shards by the manifest)."""
+
+    def __init__(self):
+        self.data: dict[str, Any] = {"docs": {}, "leaks": {}, "examples": [], "normalize": {}, "pii": {}, "languages": {}}
+
+    def doc(self, source: str, subset: str | None) -> None:
+        key = subset if subset is not None else NO_SUBSET
+        per = self.data["docs"].setdefault(source, {})
+        per[key] = per.get(key, 0) + 1
+
+    def leaks(self, doc_id: str, source: str, subset: str | None, scan, outcome) -> None:
+        if not scan.counts:
+            return
+        entry = self.data["leaks"].setdefault(source, {}).setdefault(subset if subset is not None else NO_SUBSET, {
+            "docs_any": 0, "by_kind": {}, "repaired": 0, "dropped": 0})
+        entry["docs_any"] += 1
+        for kind, count in scan.counts.items():
+            k = entry["by_kind"].setdefault(kind, {"docs": 0, "occurrences": 0})
+            k["docs"] += 1
+            k["occurrences"] += count
+        entry["by_kind"].setdefault("_chars", {"docs": 0, "occurrences": 0})["occurrences"] += scan.chars
+        entry["repaired"] += bool(outcome.repaired)
+        entry["dropped"] += outcome.drop_reason is not None
+        self.data["examples"].append({"id": doc_id, "source": source, "subset": subset, "score": round(float(scan.score), 6),
+                                      "kinds": dict(sorted(scan.counts.items())), "action": outcome.drop_reason or
+                                      ("repaired" if outcome.repaired else "kept")})
+        self.data["examples"] = sorted(self.data["examples"], key=lambda e: (-e["score"], e["id"]))[:WORST_EXAMPLES]
+
+    def count(self, section: str, names) -> None:
+        for name in names:
+            self.data[section][name] = self.data[section].get(name, 0) + 1
+
+    def add(self, section: str, counts: Mapping[str, int]) -> None:
+        for name, value in counts.items():
+            self.data[section][name] = self.data[section].get(name, 0) + value
+
+    def langs(self, sources, langs, rows) -> None:
+        for i in rows:
+            per = self.data["languages"].setdefault(sources[i], {})
+            per[langs[i]] = per.get(langs[i], 0) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        return self.data
