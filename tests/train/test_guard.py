@@ -177,6 +177,7 @@ def test_skip_window_skips_only_the_last_batches():
         ({"lr_factor": 1.5}, "lr_factor"),
         ({"clip_factor": 0.0}, "clip_factor"),
         ({"skip_window": -1}, "skip_window"),
+        ({"min_rel_std": -0.1}, "min_rel_std"),
         ({"max_rollbacks": -1}, "max_rollbacks"),
     ],
 )

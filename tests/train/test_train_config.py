@@ -49,3 +49,35 @@ def test_a_key_written_twice_is_refused(tmp_path):
     path.write_text(path.read_text() + "steps: 8\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="steps"):
         load_train_config(path)
+
+
+def _with_guard(tmp_path: Path, guard: str) -> Path:
+    (tmp_path / "tokens.json").write_text("{}")
+    path = _write(tmp_path, output="out", data=str(tmp_path / "tokens.json"))
+    path.write_text(path.read_text() + f"guard: {guard}\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("guard, key, why", [
+    ("{warmup_steps: 0}", "warmup_steps", "greater than or equal to 1"),
+    ("{ratio_threshold: 0.9}", "ratio_threshold", "greater than 1"),
+    ("{max_grad_norm_ratio: 1.0}", "max_grad_norm_ratio", "greater than 1"),
+    ("{z_threshold: 0}", "z_threshold", "greater than 0"),
+    ("{skip_window: -1}", "skip_window", "greater than or equal to 0"),
+])
+def test_a_guard_bound_is_refused_at_load_naming_the_key(tmp_path, guard, key, why):
+    """Issue 18 bug (b): these passed loading, then the guard raised ValueError after the process group was up."""
+    with pytest.raises(ConfigError, match=rf"guard\.{key}: .*{why}"):
+        load_train_config(_with_guard(tmp_path, guard))
+
+
+def test_the_guard_block_is_the_guard_config(tmp_path):
+    """One tree: what the YAML says is what the guard runs with, no second config copied from the first."""
+    from tokenmill.train.guard import DivergenceGuard, GuardConfig
+
+    cfg = load_train_config(_with_guard(tmp_path, "{warmup_steps: 1, ratio_threshold: 1.5, min_rel_std: 0.02}"))
+    assert isinstance(cfg.guard, GuardConfig)
+    guard = DivergenceGuard(cfg.guard)
+    assert guard.cfg.ratio_threshold == 1.5 and guard.cfg.min_rel_std == 0.02
+    guard.check(1, 2.0)
+    assert guard.armed  # warmup_steps 1: armed after one healthy step

@@ -231,16 +231,23 @@ def test_two_ranks_killed_between_checkpoints_resume_with_the_same_losses(tokens
     assert _rows(out) == _rows(whole)
 
 
-def test_skip_batches_by_hand_and_no_valid_split(tmp_path, capsys):
+def _no_valid_split(tmp_path: Path) -> Path:
     from tests.loader.tokens import write_dataset
     from tests.train.runs import VOCAB, pattern_docs
 
     rng = np.random.default_rng(4)
-    tokens = write_dataset(tmp_path / "tokens", {"alpha": pattern_docs(60, rng)}, vocab_size=VOCAB)  # no valid split
+    return write_dataset(tmp_path / "tokens", {"alpha": pattern_docs(60, rng)}, vocab_size=VOCAB)
+
+
+def test_skip_batches_by_hand_and_no_valid_split(tmp_path, capsys, caplog):
+    tokens = _no_valid_split(tmp_path)
     out = tmp_path / "run"
-    summary = _run(config(tokens, out, steps=8, eval_every=4), tmp_path, skip_batches="2-3,6")
+    with caplog.at_level(logging.WARNING):
+        summary = _run(config(tokens, out, steps=8, eval_every=4), tmp_path, skip_batches="2-3,6")
     assert summary["steps"] == 8 and summary["valid_loss"] is None
-    assert "no validation loss" in capsys.readouterr().err
+    # The library logs the warning, once; it prints nothing (the CLI's reporter does).
+    assert [r.levelno for r in caplog.records if "no validation loss" in r.getMessage()] == [logging.WARNING]
+    assert "no validation loss" not in capsys.readouterr().err
     assert [r["batch"] for r in metrics(out)] == [0, 1, 4, 5, 7, 8, 9, 10]
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert events[0]["action"] == "skip" and events[0]["skipped_batches"] == [[2, 3], [6, 6]]
@@ -279,9 +286,59 @@ def test_a_spike_beyond_max_rollbacks_stops_the_run(tmp_path):
 
     tokens, weights = _poisoned(tmp_path)
     guard = {"warmup_steps": 8, "ewm_alpha": 0.5, "z_threshold": 12.0, "max_rollbacks": 0}
+    reporter = Recorder()
     with pytest.raises(RollbacksExhausted, match="max_rollbacks=0"):
         _run(config(tokens, tmp_path / "run", weights=weights, global_batch_size=4, steps=24, lr=1e-2,
-                    warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard), tmp_path)
+                    warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard), tmp_path, reporter=reporter)
+    assert reporter.calls[0] == ("start", 24, 0) and reporter.calls[-1] == ("stop",)
+
+
+class Recorder:
+    """A reporter that keeps what it was told."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def start(self, total, done):
+        self.calls.append(("start", total, done))
+
+    def step(self, step, row):
+        self.calls.append(("step", step))
+
+    def note(self, text):
+        self.calls.append(("note", text))
+
+    def warn(self, text):
+        self.calls.append(("warn", text))
+
+    def stop(self):
+        self.calls.append(("stop",))
+
+
+def test_a_run_that_fails_mid_way_stops_its_reporter(tokens, tmp_path):
+    """The CLI's reporter holds a live progress display: a failed run must stop it, or the terminal is left drawn."""
+    reporter = Recorder()
+
+    def fail_at_step_2(row):
+        if row["step"] == 2:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        _run(config(tokens, tmp_path / "run", steps=5, eval_every=0), tmp_path, on_step=fail_at_step_2,
+             reporter=reporter)
+    assert reporter.calls == [("start", 5, 0), ("step", 1), ("stop",)]
+
+
+def test_the_cli_says_a_warning_once_and_a_line_per_step(tmp_path):
+    """`tokenmill train` shows each warning once (it was logged and printed: twice)."""
+    cfg = write_config(tmp_path / "train.yaml", config(_no_valid_split(tmp_path), tmp_path / "run", steps=3,
+                                                       eval_every=2))
+    done = _train([sys.executable, "-m", "tokenmill.cli", "train", str(cfg)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("no validation loss") == 1, done.stderr
+    assert "warning: no validation loss: the valid split cannot be read" in done.stderr
+    assert [line.split("  ")[0] for line in done.stderr.splitlines() if line.startswith("step ")] == \
+        ["step 1/3", "step 2/3", "step 3/3"]
 
 
 def test_corrupt_token_files_stop_the_run_before_a_step_naming_the_file(tmp_path, capsys):

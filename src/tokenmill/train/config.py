@@ -1,4 +1,4 @@
-"""The training config: one YAML file, validated (keys named) before any process group or model exists."""
+"""The training config: one pydantic tree (data, model, guard...) from one YAML file, checked before any rank starts."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StrictModel, expand_path, load_yaml
+from tokenmill.train.guard import GuardConfig
 from tokenmill.train.model import PRESETS
 
 
@@ -24,38 +25,14 @@ class DataConfig(StrictModel):
     """Share of this dataset in the mixture (split among its sources by their samples)."""
 
 
-class GuardSettings(StrictModel):
-    """The divergence guard (`tokenmill.train.guard.GuardConfig`): when a step is a spike, and what a rollback does."""
-
-    enabled: bool = True
-    """Check every step; off, spikes are only logged by the metrics."""
-    ewm_alpha: float = Field(default=0.02, gt=0, le=1)
-    """Weight of the newest healthy step in the loss and grad-norm running statistics."""
-    warmup_steps: int = Field(default=20, ge=0)
-    """Healthy steps before the loss and grad-norm rules are armed (non-finite values always trigger)."""
-    z_threshold: float | None = 6.0
-    """A loss above mean + z_threshold * std is a spike (None: off)."""
-    ratio_threshold: float | None = None
-    """A loss above ratio_threshold * mean is a spike (metaseq's --ewm-ratio-to-skip-batch; None: off)."""
-    max_grad_norm_ratio: float | None = 10.0
-    """A gradient norm above this multiple of its running mean is a spike (None: off)."""
-    lr_factor: float = Field(default=0.5, gt=0, le=1)
-    """Learning-rate multiplier per rollback (cumulative)."""
-    clip_factor: float | None = None
-    """Clipping-threshold multiplier per rollback (None: unchanged)."""
-    skip_window: int | None = None
-    """Batches skipped at a rollback: None, all from the rollback checkpoint to the spike; k, the last k."""
-    max_rollbacks: int = Field(default=5, ge=0)
-    """Stop with an error after this many rollbacks."""
-
-
 class TrainConfig(StrictModel):
     """`tokenmill train CONFIG`: an OPT-style decoder on tokenmill's token files, with FSDP2."""
 
     data: list[DataConfig]
     """The datasets: a tokens.json path, a list of paths, or a list of {path, weight}."""
     weights: dict[str, float] | None = None
-    """Mixture weights per source (stream) name instead of per dataset; None uses the dataset weights."""
+    """Mixture weights per source (stream) name instead of per dataset; None uses the dataset weights. Streams not
+    named get weight 0 (left out); an unknown name is an error."""
     model: str | dict[str, int] = "opt-tiny"
     """A preset (opt-tiny, opt-125m, opt-350m, opt-1.3b, opt-2.7b, opt-6.7b) or sizes
     {n_layers, d_model, n_heads[, ffn_dim]}."""
@@ -112,8 +89,8 @@ class TrainConfig(StrictModel):
     """Peak dense TFLOP/s of one device for MFU; None picks it from the GPU name (A100 312, H100/H200 989)."""
     log_every: int = Field(default=1, gt=0)
     """Steps between progress lines when the output is not a terminal."""
-    guard: GuardSettings = GuardSettings()
-    """Divergence handling."""
+    guard: GuardConfig = Field(default_factory=GuardConfig)
+    """Divergence handling (`tokenmill.train.guard.GuardConfig`), its bounds checked here with the rest."""
 
     @field_validator("data", mode="before")
     @classmethod
@@ -149,13 +126,10 @@ class TrainConfig(StrictModel):
         return self
 
     def resolved_paths(self) -> list[str]:
-        out = []
-        for d in self.data:
-            p = Path(d.path)
-            if p.is_dir():
-                p = p / "tokenize" / "tokens.json" if (p / "tokenize" / "tokens.json").exists() else p / "tokens.json"
-            out.append(str(p))
-        return out
+        """Each dataset's `tokens.json` (a run folder or a folder means the one in it: `tokens_json.locate`)."""
+        from tokenmill.tokenize.tokens_json import locate
+
+        return [str(locate(d.path)) for d in self.data]
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:

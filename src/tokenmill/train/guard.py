@@ -37,7 +37,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pydantic import Field
+
 from tokenmill.errors import TokenmillError
+from tokenmill.pipeline.config_base import StrictModel
 
 STATE_VERSION = 1
 
@@ -49,65 +52,52 @@ class RollbacksExhausted(TokenmillError):
     """The guard rolled back ``max_rollbacks`` times and the run diverged again; a person must look."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GuardConfig:
-    ewm_alpha: float = 0.02
+class GuardConfig(StrictModel):
+    """The ``guard:`` block of a train config: when a step is a spike, and what a rollback does.
+
+    The one config of the guard: its bounds are checked when the train config is loaded, before any process group
+    or model exists (a bad value is named by its key, ``guard.warmup_steps``, not raised by the first rank)."""
+
+    enabled: bool = True
+    """Check every step; off, spikes are only logged by the metrics."""
+
+    ewm_alpha: float = Field(default=0.02, gt=0, le=1)
     """Weight of the newest healthy step in the exponentially weighted mean and variance
     (a span of about ``2/alpha - 1`` = 99 steps). Early on the weight is at least ``1/n``,
     so the first statistics are plain averages."""
 
-    warmup_steps: int = 20
+    warmup_steps: int = Field(default=20, ge=1)
     """Healthy steps seen before the loss and gradient-norm rules are armed (non-finite values
-    trigger from the first step)."""
+    trigger from the first step); at least 1, since the rules compare with a mean of healthy steps."""
 
-    z_threshold: float | None = 6.0
+    z_threshold: float | None = Field(default=6.0, gt=0)
     """A loss above ``mean + z_threshold * std`` is a spike. None turns the rule off."""
 
-    min_rel_std: float = 0.01
+    min_rel_std: float = Field(default=0.01, ge=0)
     """Floor of the std in the z rule, as a fraction of the mean: with a very smooth loss the EWM
     std becomes tiny and ordinary noise would otherwise trigger."""
 
-    ratio_threshold: float | None = None
+    ratio_threshold: float | None = Field(default=None, gt=1)
     """A loss above ``ratio_threshold * mean`` is a spike (metaseq's ``--ewm-ratio-to-skip-batch``,
-    e.g. 1.5). None turns the rule off."""
+    e.g. 1.5); above 1, or every healthy step would be one. None turns the rule off."""
 
-    max_grad_norm_ratio: float | None = 10.0
-    """A gradient norm above this multiple of its EWM mean is a spike. None turns the rule off."""
+    max_grad_norm_ratio: float | None = Field(default=10.0, gt=1)
+    """A gradient norm above this multiple of its EWM mean is a spike; above 1. None turns the rule off."""
 
-    lr_factor: float = 0.5
+    lr_factor: float = Field(default=0.5, gt=0, le=1)
     """The learning rate is multiplied by this once per rollback (cumulatively). OPT cut by 10%,
     then to 2/3; 1.0 keeps it."""
 
-    clip_factor: float | None = None
+    clip_factor: float | None = Field(default=None, gt=0, le=1)
     """The gradient-clipping threshold is multiplied by this once per rollback (OPT went 2.5 -> 1.0,
     0.4). None keeps it."""
 
-    skip_window: int | None = None
+    skip_window: int | None = Field(default=None, ge=0)
     """Batches to skip at a rollback: None skips every batch after the rollback checkpoint up to and
     including the spike step; k skips only the k batches ending at the spike step."""
 
-    max_rollbacks: int = 5
+    max_rollbacks: int = Field(default=5, ge=0)
     """After this many rollbacks another spike raises :class:`RollbacksExhausted`."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.ewm_alpha <= 1.0:
-            raise ValueError(f"ewm_alpha={self.ewm_alpha}: must be in (0, 1]; 0.02 is a span of ~100 steps")
-        if self.warmup_steps < 1:
-            raise ValueError(f"warmup_steps={self.warmup_steps}: arm the rules after at least 1 healthy step")
-        for name in ("z_threshold", "ratio_threshold", "max_grad_norm_ratio"):
-            value = getattr(self, name)
-            if value is not None and value <= (1.0 if name != "z_threshold" else 0.0):
-                raise ValueError(f"{name}={value}: must be > {1 if name != 'z_threshold' else 0}, or None to turn it off")
-        if self.min_rel_std < 0:
-            raise ValueError(f"min_rel_std={self.min_rel_std}: must be >= 0")
-        if not 0.0 < self.lr_factor <= 1.0:
-            raise ValueError(f"lr_factor={self.lr_factor}: must be in (0, 1]")
-        if self.clip_factor is not None and not 0.0 < self.clip_factor <= 1.0:
-            raise ValueError(f"clip_factor={self.clip_factor}: must be in (0, 1], or None")
-        if self.skip_window is not None and self.skip_window < 0:
-            raise ValueError(f"skip_window={self.skip_window}: must be >= 0, or None for all since the rollback")
-        if self.max_rollbacks < 0:
-            raise ValueError(f"max_rollbacks={self.max_rollbacks}: must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +323,7 @@ class DivergenceGuard:
             "grad_norm": asdict(self._grad),
             "spikes": self._spikes,
             "rollbacks": [dict(r) for r in self._history.rollbacks],
-            "config": asdict(self.cfg),
+            "config": self.cfg.model_dump(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ torchrun stays the launcher for several machines and for elastic restarts.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -15,7 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+log = logging.getLogger(__name__)
 
 STORE_ENV = "TOKENMILL_STORE_FILE"
 
@@ -31,11 +34,12 @@ def rank_env(rank: int, nproc: int, store: str, base: dict[str, str]) -> dict[st
     return env
 
 
-def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2) -> int:
+def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2, say: Callable[[str], None] = log.error) -> int:
     """Run ``python -m tokenmill.cli ARGV`` as ``nproc`` ranks; the first rank to fail stops the others.
 
     Returns 0 when every rank succeeded, else the exit status of the first rank that failed (128 + signal number
-    for a rank killed by a signal, as a shell reports it).
+    for a rank killed by a signal, as a shell reports it), after telling ``say`` which rank it was (the library
+    logs it; the CLI prints it).
     """
     folder = tempfile.mkdtemp(prefix="tokenmill-ranks-")  # mode 0700: no other user can join or spoil the group
     store = os.path.join(folder, "store")
@@ -57,7 +61,7 @@ def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2) -> int:
         while None in [p.poll() for p in procs] and not any(p.returncode for p in procs):
             time.sleep(poll_s)
         failed = [rank for rank, p in enumerate(procs) if p.returncode]
-        return _stop_after(failed, procs) if failed else 0
+        return _stop_after(failed, procs, say) if failed else 0
     finally:
         for p in procs:
             if p.poll() is None:
@@ -68,7 +72,7 @@ def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2) -> int:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _stop_after(failed: list[int], procs: list[subprocess.Popen]) -> int:
+def _stop_after(failed: list[int], procs: list[subprocess.Popen], say: Callable[[str], None]) -> int:
     """Stop the ranks still running, say which rank failed first, and return its exit status.
 
     A rank killed by a signal is the cause when several are seen at once: its peers fail with gloo's "connection
@@ -82,7 +86,7 @@ def _stop_after(failed: list[int], procs: list[subprocess.Popen]) -> int:
     _reap(procs)
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
     stopped = f"; stopped rank(s) {', '.join(map(str, running))}" if running else ""
-    print(f"tokenmill train: rank {cause} {how}{stopped}", file=sys.stderr, flush=True)
+    say(f"tokenmill train: rank {cause} {how}{stopped}")
     return _status(code)
 
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,12 +31,11 @@ from tokenmill.loader.batches import next_served, parse_ranges
 from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.distributed import Distributed, setup
-from tokenmill.train.guard import DivergenceGuard, GuardConfig, Verdict
+from tokenmill.train.guard import DivergenceGuard, Verdict
 from tokenmill.train.metrics import JsonLines, memory, peak_tflops
 from tokenmill.train.model import OPTDecoder, model_config
+from tokenmill.train.report import LogReporter, QuietReporter, TrainReporter
 from tokenmill.train.schedule import learning_rate
-
-log = logging.getLogger(__name__)
 
 # Test and fault-injection hook: SIGKILL this process right after the given step (and its checkpoint) completes.
 KILL_AFTER_STEP_ENV = "TOKENMILL_KILL_AFTER_STEP"
@@ -68,18 +65,23 @@ def padded_vocab(vocab_size: int) -> int:
 
 
 class Trainer:
+    """One process of a training job. It prints nothing: it tells ``reporter`` (on the main rank; the others log
+    at DEBUG), whose default only logs; the CLI passes one that draws a progress bar."""
+
     def __init__(self, config: TrainConfig, skip_batches: str | None = None,
-                 on_step: Callable[[dict[str, Any]], None] | None = None):
+                 on_step: Callable[[dict[str, Any]], None] | None = None, reporter: TrainReporter | None = None):
         self.cfg = config
         self.skip_batches = skip_batches
         self.on_step = on_step
         self.out = Path(config.output)
+        self.reporter: TrainReporter = reporter if reporter is not None else LogReporter(config.log_every)
 
     # -- set-up --------------------------------------------------------------------------------------------------
 
     def _build(self, d: Distributed) -> None:
         cfg = self.cfg
         self.d = d
+        self.say: TrainReporter = self.reporter if d.main else QuietReporter()
         self.out.mkdir(parents=True, exist_ok=True)
         self.metrics = JsonLines(self.out / "metrics.jsonl", d.main)
         self.events = JsonLines(self.out / "events.jsonl", d.main)
@@ -96,8 +98,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
                                            eps=cfg.eps)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", keep=cfg.keep_checkpoints)
-        g = cfg.guard
-        self.guard = DivergenceGuard(GuardConfig(**g.model_dump(exclude={"enabled"})))
+        self.guard = DivergenceGuard(cfg.guard)
         self.flops_per_token = self.model.flops_per_token(cfg.seq_len)
         self.peak = peak_tflops(d.device, cfg.peak_tflops)
         self.valid: TokenLoader | None = None
@@ -108,7 +109,7 @@ class Trainer:
                                          micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
                                          world_size=d.world_size, split="valid", shuffle=False)
             except (DataError, ValueError) as err:
-                self._warn(f"no validation loss: the valid split cannot be read ({err})")
+                self.say.warn(f"no validation loss: the valid split cannot be read ({err})")
 
     def _model(self, d: Distributed) -> OPTDecoder:
         """Sharded per block then at the root (FSDP2) on several ranks, and filled with weights made by rank 0 from
@@ -160,11 +161,6 @@ class Trainer:
     def _app_state(self) -> dict[str, Any]:
         return {"train": ModelOptimizerState(self.model, self.optimizer)}
 
-    def _warn(self, text: str) -> None:
-        log.warning(text)
-        if self.d.main:
-            print(f"warning: {text}", file=sys.stderr)
-
     def _extra(self) -> dict[str, Any]:
         return {"loader": self.loader.state_dict(), "guard": self.guard.state_dict(),
                 "config": json.loads(self.cfg.model_dump_json()), "tokens_seen": self.tokens_seen}
@@ -197,8 +193,8 @@ class Trainer:
         """The checkpoint's loader state against this run's data and layout; what ``load_state_dict`` must allow.
 
         Changed data stop the run, naming each stream and the flag, unless ``allow_data_change`` is set: then the
-        mixture follows the new data too (the configured weights were compared with the config), a warning is
-        printed and, with ``record``, a ``data_change`` event is written."""
+        mixture follows the new data too (the configured weights were compared with the config) and, with
+        ``record``, the reporter is warned and a ``data_change`` event is written."""
         try:
             changes = self.loader.data_changes(state) if isinstance(state, dict) and "data" in state else []
         except (KeyError, TypeError):
@@ -215,9 +211,9 @@ class Trainer:
             raise TokenmillError(f"{self.out} holds a checkpoint (step {step}) that this run cannot continue: "
                                  f"{err}") from None
         if changes and record:
-            self._warn(f"DATA CHANGED since the checkpoint at step {step}: {'; '.join(changes)}. Continuing at "
-                       f"sample {state['consumed_samples']} of the new data's order, as allow_data_change asks; the "
-                       "samples from here are not those the old data would have given")
+            self.say.warn(f"DATA CHANGED since the checkpoint at step {step}: {'; '.join(changes)}. Continuing at "
+                          f"sample {state['consumed_samples']} of the new data's order, as allow_data_change asks; "
+                          "the samples from here are not those the old data would have given")
             self._event({"step": step, "action": "data_change", "changes": changes,
                          "consumed_samples": state["consumed_samples"],
                          "data": {"before": state["data"], "after": self.loader.state_dict()["data"]},
@@ -360,8 +356,8 @@ class Trainer:
     def _event(self, event: dict[str, Any]) -> None:
         event = {"time": time.time(), **event}
         self.events.write(event)
-        if self.d.main and event["action"] != "resume":
-            print(f"event: {json.dumps({k: v for k, v in event.items() if k != 'documents'})}", file=sys.stderr)
+        if event["action"] != "resume":
+            self.say.note(f"event: {json.dumps({k: v for k, v in event.items() if k != 'documents'})}")
 
     # -- evaluation ----------------------------------------------------------------------------------------------
 
@@ -410,39 +406,41 @@ class Trainer:
         kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "0") or 0)
         spike_since_checkpoint = False
         started, first_step = time.perf_counter(), step
-        progress = _Progress(d.main, cfg.steps, step, cfg.log_every)
         last: dict[str, Any] = {}
         first_loss = None
         self.model.train()
-        while step < cfg.steps:
-            row, verdict = self._step(step + 1)
-            if verdict is not None and verdict.spike:
-                row["spike"] = verdict.reason
+        self.say.start(cfg.steps, step)
+        try:  # a live display must not outlive a failed run
+            while step < cfg.steps:
+                row, verdict = self._step(step + 1)
+                if verdict is not None and verdict.spike:
+                    row["spike"] = verdict.reason
+                    self.metrics.write(row)
+                    step = self._rollback(verdict, row)
+                    spike_since_checkpoint = False
+                    self.say.note(f"step {row['step']}: {verdict.reason}; rolled back to step {step}")
+                    continue
+                step += 1
+                first_loss = row["loss"] if first_loss is None else first_loss
+                self.tokens_seen = row["tokens"]
                 self.metrics.write(row)
-                step = self._rollback(verdict, row)
-                spike_since_checkpoint = False
-                progress.note(f"step {row['step']}: {verdict.reason}; rolled back to step {step}")
-                continue
-            step += 1
-            first_loss = row["loss"] if first_loss is None else first_loss
-            self.tokens_seen = row["tokens"]
-            self.metrics.write(row)
-            last = row
-            if self.on_step:
-                self.on_step(row)
-            if cfg.eval_every and step % cfg.eval_every == 0:
-                value = self.evaluate()
-                if value is not None:
-                    self.metrics.write({"step": step, "valid_loss": value, "tokens": self.tokens_seen})
-                    last = {**last, "valid_loss": value}
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                self.checkpoints.save(step, self._app_state(), healthy=not spike_since_checkpoint,
-                                      extra=self._extra())
-                spike_since_checkpoint = False
-            progress.update(step, row)
-            if kill_after and step >= kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
-        progress.close()
+                last = row
+                if self.on_step:
+                    self.on_step(row)
+                if cfg.eval_every and step % cfg.eval_every == 0:
+                    value = self.evaluate()
+                    if value is not None:
+                        self.metrics.write({"step": step, "valid_loss": value, "tokens": self.tokens_seen})
+                        last = {**last, "valid_loss": value}
+                if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                    self.checkpoints.save(step, self._app_state(), healthy=not spike_since_checkpoint,
+                                          extra=self._extra())
+                    spike_since_checkpoint = False
+                self.say.step(step, row)
+                if kill_after and step >= kill_after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            self.say.stop()
         seconds = time.perf_counter() - started
         summary = {"steps": step, "steps_this_run": step - first_step, "seconds": round(seconds, 2),
                    "first_loss": first_loss, "loss": last.get("loss"), "valid_loss": last.get("valid_loss"), "tokens": self.tokens_seen,
@@ -453,36 +451,4 @@ class Trainer:
         if d.main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         return summary
-
-
-class _Progress:
-    """A rich progress bar on a terminal; otherwise a line every ``log_every`` steps. Rank 0 only."""
-
-    def __init__(self, enabled: bool, total: int, done: int, log_every: int):
-        self.enabled, self.total, self.log_every = enabled, total, log_every
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                TextColumn("{task.description}"))
-            self.bar.start()
-            self.task = self.bar.add_task("", total=total, completed=done)
-
-    def update(self, step: int, row: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        text = f"loss {row['loss']:.4f}  lr {row['lr']:.2e}  {row['tokens_per_s']:,.0f} tok/s"
-        if self.bar is not None:
-            self.bar.update(self.task, completed=step, description=text)
-        elif step % self.log_every == 0 or step == self.total:
-            print(f"step {step}/{self.total}  {text}", file=sys.stderr, flush=True)
-
-    def note(self, text: str) -> None:
-        if self.enabled:
-            (self.bar.console.print if self.bar is not None else lambda t: print(t, file=sys.stderr))(text)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
