@@ -108,3 +108,56 @@ def test_join_an_existing_cluster(ray_cluster, tmp_path):
     assert result.returncode == 0, result.stderr
     assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2  # the shared cluster lives on
     assert (tmp_path / "out" / "sample" / "manifest.json").exists()
+
+
+# ------------------------------------------------------------------------------------------ printed as text, not markup
+
+BOLD = "[bold]x[/bold]"
+CLOSE = "[/]"
+
+
+def test_report_contamination_prints_names_and_texts_as_text(tmp_path, capsys):
+    from tokenmill.cli import main
+
+    run = tmp_path / f"run{CLOSE}"
+    (run / "decontaminate").mkdir(parents=True)
+    evalset = {"items": 2, "n": 8, "checked_ngram": 2, "found": 1, "fraction": 0.5,
+               "by_source": {f"{BOLD}src": {"(none)": {"items": 1}}}}
+    report = {"evalsets": {f"{BOLD}set": evalset}, "hits": 1,
+              "common_ngrams_ignored": [{"documents": 9, "text": f"a common {CLOSE} phrase"}]}
+    (run / "decontaminate" / "manifest.json").write_text(json.dumps({"content": {"report": report}}))
+    assert main(["report", "contamination", str(run)]) == 0
+    out = capsys.readouterr().out
+    for literal in (f"{BOLD}set", f"{BOLD}src 1", f"a common {CLOSE} phrase", f"run{CLOSE}"):
+        assert literal in out, literal
+
+
+def test_run_summary_prints_sources_reasons_and_errors_as_text(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from tokenmill.pipeline.commands import print_summary
+
+    manifest = tmp_path / "manifest.json"
+    content = {"drop_table": {f"{BOLD}reason": {f"{CLOSE}src": {"docs": 3, "percent": 1.5}}}, "by_source": {},
+               "shards": [{"errors": [f"data/{BOLD}.jsonl:3: not JSON"]}], "report": {"summary": [f"note {CLOSE}"]}}
+    manifest.write_text(json.dumps({"content": content}))
+    totals = {"docs_in": 10, "docs_out": 7, "bytes_out": 100}
+    print_summary([SimpleNamespace(stage="clean", status="ran", tasks_run=1, tasks_skipped=0, totals=totals,
+                                   seconds=1.0, manifest=str(manifest))])
+    out = capsys.readouterr().out
+    for literal in (f"{BOLD}reason", f"{CLOSE}src", f"data/{BOLD}.jsonl:3", f"note {CLOSE}"):
+        assert literal in out, literal
+
+
+def test_inspect_prints_documents_and_names_as_text(monkeypatch, capsys):
+    from tokenmill.cli import main
+    from tokenmill.inspect import commands
+
+    row = {"id": f"{CLOSE}id", "source": f"{BOLD}src", "subset": CLOSE, "drop_reason": f"{BOLD}why",
+           "text": f"a document with {BOLD} and {CLOSE} in it", "lang": "en"}
+    monkeypatch.setattr(commands, "samples", lambda *args, **kwargs: [row])
+    assert main(["inspect", "RUN", "--dropped", "-n", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 random dropped documents of clean" in out
+    for literal in (f"{CLOSE}id", f"{BOLD}src/{CLOSE}", f"{BOLD}why", f"a document with {BOLD} and {CLOSE} in it"):
+        assert literal in out, literal

@@ -1,28 +1,24 @@
-"""`tokenmill inspect`: the parser `register` adds, printed samples, and user errors."""
+"""`tokenmill inspect`: its arguments, printed samples, and user errors."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
+from tokenmill.cli import build_parser
 from tokenmill.errors import TokenmillError
 from tokenmill.inspect import samples
-from tokenmill.inspect.commands import register
 
 pytestmark = pytest.mark.ray
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="tokenmill")
-    register(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(argv)
+    return build_parser().parse_args(argv)
 
 
 def test_defaults_and_dropped_without_a_reason():
     args = _parse(["inspect"])
     assert (args.run, args.stage, args.source, args.n, args.seed, args.dropped) == (None, "clean", None, 5, 0, None)
-    assert _parse(["inspect", "RUN", "--dropped"]).dropped == "*"
+    assert _parse(["inspect", "RUN", "--dropped"]).dropped is True  # any reason
     assert _parse(["inspect", "RUN", "--dropped", "too_few_words"]).dropped == "too_few_words"
 
 

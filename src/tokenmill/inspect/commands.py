@@ -1,27 +1,35 @@
-"""`tokenmill inspect RUN --stage clean --source reddit -n 5 [--dropped [REASON]]`: random documents of a stage in
-the terminal, one panel each (id, source, subset, drop reason, a few annotations, the text cut to --chars).
+"""The inspection commands in the terminal: `tokenmill inspect` (random documents of a stage, one panel each: id,
+source, subset, drop reason, a few annotations, the text cut to --chars) and `tokenmill report contamination`.
 
-``register(sub)`` adds the command to the top-level subparsers; the function it sets returns an exit code and raises
-``TokenmillError`` on what the user can fix (no such run, stage, source or reason).
+The parser is `tokenmill.cli`'s; each function here returns an exit code and raises ``TokenmillError`` on what the
+user can fix (no such run, stage, source or reason). Texts from documents and names from files are printed as text,
+never as rich markup.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tokenmill.errors import TokenmillError
 from tokenmill.inspect.samples import ANY, samples
 
 SHOWN = ("lang", "escape_score", "escape_counts", "clean_steps")  # annotations printed under the title when present
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from rich.console import Console
+def print_samples(args: argparse.Namespace) -> int:
+    """`tokenmill inspect RUN --stage clean --source reddit -n 5 [--dropped [REASON]]`."""
     from rich.panel import Panel
     from rich.text import Text
 
     rows = samples(args.run, stage=args.stage, source=args.source, n=args.n, seed=args.seed, dropped=args.dropped)
     out = Console(width=max(Console().width, 100))
-    what = "kept" if args.dropped is None else ("dropped" if args.dropped == ANY else f"dropped ({args.dropped})")
+    what = "kept" if args.dropped is None else ("dropped" if args.dropped in (True, ANY) else f"dropped ({args.dropped})")
     out.print(Text(f"{len(rows)} random {what} documents of {args.stage}"
                    + (f", source {args.source}" if args.source else "") + f" (seed {args.seed})", style="bold"))
     for r in rows:
@@ -37,17 +45,37 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> argparse.ArgumentParser:
-    """Add ``inspect`` to the top-level ``add_subparsers()`` object; returns its parser."""
-    p = sub.add_parser("inspect", help="print random kept or dropped documents of a stage")
-    p.add_argument("run", nargs="?", default=None,
-                   help="the run folder (the config's `output`; default $TOKENMILL_RUN, else build/demo/run)")
-    p.add_argument("--stage", default="clean", help="the stage whose output to sample (default: clean)")
-    p.add_argument("--source", help="only documents of this source")
-    p.add_argument("-n", type=int, default=5, help="how many documents (default: 5)")
-    p.add_argument("--seed", type=int, default=0, help="the same seed gives the same documents")
-    p.add_argument("--dropped", nargs="?", const=ANY, metavar="REASON",
-                   help="dropped documents instead of kept ones: of this drop reason, or of any without one")
-    p.add_argument("--chars", type=int, default=800, help="characters of each text to print (default: 800)")
-    p.set_defaults(func=cmd_inspect)
-    return p
+def report_contamination(args: argparse.Namespace) -> int:
+    """`tokenmill report contamination RUN`: which evaluation items the corpus held, per set and source."""
+    path = Path(args.run) / "decontaminate" / "manifest.json"
+    if not path.is_file():
+        raise TokenmillError(f"{path} does not exist: run the decontaminate stage first")
+    report = json.loads(path.read_text(encoding="utf-8"))["content"].get("report", {})
+    table = Table(title=f"contamination in {escape(args.run)}", title_justify="left")
+    for col in ("evaluation set", "items", "n", "by n-gram", "whole", "too short", "no text", "found", "% found",
+                "by source (items)"):
+        table.add_column(col, justify="left" if col in ("evaluation set", "by source (items)") else "right")
+    for name, entry in report.get("evalsets", {}).items():
+        sources = ", ".join(f"{src} {sum(s['items'] for s in subs.values())}" for src, subs in entry["by_source"].items())
+        unchecked = entry.get("not_checkable", {})
+        n = "?" if entry.get("n") is None else f"{entry['n']}{' chars' if entry.get('unit') == 'characters' else ''}"
+        table.add_row(escape(name), f"{entry['items']:,}", n, f"{entry.get('checked_ngram', 0):,}",
+                      f"{entry.get('checked_whole', 0):,}", f"{unchecked.get('too_short', 0):,}",
+                      f"{unchecked.get('no_text', 0):,}", f"{entry['found']:,}", f"{100 * entry['fraction']:.2f}",
+                      escape(sources) or "-")
+    out = Console(width=max(Console().width, 140))
+    out.print(table)
+    out.print("items checked by n-gram: a field has n words or more (n per set: GPT-3's rule, the 5th-percentile "
+              "field length clamped to [8, 13]); whole: only shorter fields, matched as a whole segment; too short: "
+              "every field under the whole-match minimum (docs/decontaminate.md); no text: no letters or digits")
+    index = report.get("index", {})
+    out.print(f"hits: {report.get('hits', 0):,} in {report.get('documents_with_hits', 0):,} documents; "
+              f"{report.get('excised_chars', 0):,} characters excised; index: {index.get('ngrams', 0):,} n-grams, "
+              f"{index.get('bytes', 0) / 1e6:.1f} MB, built in {index.get('seconds', 0)} s")
+    common = report.get("common_ngrams_ignored", [])
+    if common:
+        out.print(f"{len(common)} common n-grams ignored (in more documents than the cap), e.g.:")
+        for entry in common[:5]:
+            out.print(f"  [dim]{entry['documents']} docs: {escape(repr(entry['text'][:100]))}[/]")
+    out.print(f"every hit: {escape(str(Path(args.run) / 'decontaminate' / 'hits.parquet'))}")
+    return 0

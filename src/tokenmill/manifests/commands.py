@@ -1,6 +1,7 @@
-"""`tokenmill manifest diff A B` and `tokenmill manifest show RUN`: argparse wiring and rich tables.
+"""`tokenmill manifest diff A B` and `tokenmill manifest show RUN`: the command bodies and their rich tables.
 
-The computations live in `diff.py` and `show.py` and return plain dicts; this module only prints them.
+The parser is `tokenmill.cli`'s. The computations live in `diff.py` and `show.py` and return plain dicts; this module
+only prints them, names from the run folder (stages, sources, files) and texts from documents escaped for rich.
 `--json` prints that dict and nothing else on stdout. Exit codes: 0 identical / consistent, 1 different / stale,
 2 (raised `TokenmillError`, printed by the CLI) for a path that is not a run or a manifest.
 """
@@ -14,28 +15,6 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-
-
-def register(sub) -> None:
-    """Add `manifest diff` and `manifest show` to the top-level subparsers of `tokenmill`."""
-    manifest = sub.add_parser("manifest", help="compare two runs, or check a run's lineage, from their manifests")
-    manifest_sub = manifest.add_subparsers(dest="manifest_command", required=True)
-
-    diff = manifest_sub.add_parser("diff", help="what changed between two runs (or two manifests of one stage); "
-                                                "exit 0 when identical, 1 when different")
-    diff.add_argument("a", help="a run folder (the config's `output`), a stage folder, or a stage's manifest.json")
-    diff.add_argument("b", help="the same kind of path, for the other run")
-    diff.add_argument("--examples", type=int, default=3,
-                      help="documents added, removed, and with changed text, to show per source")
-    diff.add_argument("--json", action="store_true", help="print JSON only")
-    diff.set_defaults(func=cmd_manifest_diff)
-
-    show = manifest_sub.add_parser("show", help="lineage from sources to tokens, and which stages are stale; "
-                                                "exit 0 when every stage read what is there now, 1 otherwise")
-    show.add_argument("run", help="the run folder (the config's `output`)")
-    show.add_argument("--config", help="also check ingest's source files against what this config lists now")
-    show.add_argument("--json", action="store_true", help="print JSON only")
-    show.set_defaults(func=cmd_manifest_show)
 
 
 def _out() -> Console:
@@ -81,7 +60,7 @@ def _value(v: Any) -> str:
 # ---------------------------------------------------------------------------------------------------------- diff
 
 
-def cmd_manifest_diff(args: argparse.Namespace) -> int:
+def manifest_diff(args: argparse.Namespace) -> int:
     from tokenmill.errors import TokenmillError
     from tokenmill.manifests.diff import diff_runs
 
@@ -101,21 +80,22 @@ def print_diff(result: dict[str, Any], out: Console) -> None:
         name, status = stage["stage"], stage["status"]
         if status != "different":
             colour = "green" if status == "identical" else "yellow"
-            out.print(f"\n[bold]{name}[/]: [{colour}]{status}[/]")
+            out.print(f"\n[bold]{escape(name)}[/]: [{colour}]{status}[/]")
             continue
         _print_stage_diff(stage, out)
     different = [s["stage"] for s in result["stages"] if s["status"] != "identical"]
-    out.print("\n[green]identical[/]" if result["identical"] else f"\n[yellow]different:[/] {', '.join(different)}")
+    out.print("\n[green]identical[/]" if result["identical"] else f"\n[yellow]different:[/] {escape(', '.join(different))}")
 
 
 def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
-    name = stage["stage"]
+    name = escape(stage["stage"])  # a stage is a folder name: printed inside markup below
     inp = stage["input"]
     why = []
     if stage["config"]:
         why.append(f"{len(stage['config'])} config key(s) changed")
     if inp["changed"]:
-        why.append(f"its input ({inp['b']}) changed" if inp["a"] == inp["b"] else f"input {inp['a']} -> {inp['b']}")
+        why.append(f"its input ({escape(inp['b'])}) changed" if inp["a"] == inp["b"]
+                   else f"input {escape(inp['a'])} -> {escape(inp['b'])}")
     if stage["schema_version"]["a"] != stage["schema_version"]["b"]:
         why.append(f"schema version {stage['schema_version']['a']} -> {stage['schema_version']['b']}")
     if stage.get("report") and not why:
@@ -138,9 +118,9 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
                     "MB B", "Δ MB"], ("source", "subset"))
     rows = [r for r in stage["by_source"] if r["subset"] is None or any(r["delta"].values())]
     t = stage["totals"]
-    for r in rows + [{"source": "[bold]total[/]", "subset": None, **t}]:
+    for r in [{**r, "source": escape(r["source"])} for r in rows] + [{"source": "[bold]total[/]", "subset": None, **t}]:
         a, b, d = r["a"], r["b"], r["delta"]
-        table.add_row(r["source"] if r["source"].startswith("[") else escape(r["source"]), escape(r["subset"] or ""),
+        table.add_row(r["source"], escape(r["subset"] or ""),
                       _n(a["docs_in"]), _n(b["docs_in"]), _d(d["docs_in"]), _n(a["docs_out"]), _n(b["docs_out"]),
                       _d(d["docs_out"]), _mb(a["bytes_out"]), _mb(b["bytes_out"]), _dmb(d["bytes_out"]))
     out.print(table)
@@ -207,7 +187,7 @@ def _excerpt(text: str) -> str:
 # ---------------------------------------------------------------------------------------------------------- show
 
 
-def cmd_manifest_show(args: argparse.Namespace) -> int:
+def manifest_show(args: argparse.Namespace) -> int:
     from tokenmill.manifests.show import show_run
 
     result = show_run(args.run, config_path=args.config)
@@ -230,7 +210,7 @@ def print_show(result: dict[str, Any], out: Console) -> None:
     for r in result["stages"]:
         status = f"[{_STATUS_COLOUR.get(r['status'], 'white')}]{r['status']}[/]"
         if "docs_in" not in r:
-            table.add_row(r["stage"], status, escape(r["input"].get("stage") or "-"), *["-"] * 6)
+            table.add_row(escape(r["stage"]), status, escape(r["input"].get("stage") or "-"), *["-"] * 6)
             continue
         inp = r["input"]
         if inp["stage"] is None:
@@ -238,7 +218,7 @@ def print_show(result: dict[str, Any], out: Console) -> None:
             mark = {True: " ✓", False: " ✗", None: ""}[inp["matches"]]
         else:
             where, mark = inp["stage"], " ✓" if inp["matches"] else " ✗"
-        table.add_row(r["stage"], status, escape(where + mark), _n(r["docs_in"]), _n(r["docs_out"]), _n(r["dropped"]),
+        table.add_row(escape(r["stage"]), status, escape(where + mark), _n(r["docs_in"]), _n(r["docs_out"]), _n(r["dropped"]),
                       _n(sum(r["tokens"].values())) if r["tokens"] else "", r["config_hash"][:10],
                       f"{r['seconds']:.1f}" if r.get("seconds") is not None else "-")
     out.print(table)
@@ -248,16 +228,16 @@ def print_show(result: dict[str, Any], out: Console) -> None:
     drops = _table("dropped by reason", ["stage", "reason", "docs", "% of stage input"], ("stage", "reason"))
     for r in result["stages"]:
         for reason, docs in sorted(r.get("drops", {}).items(), key=lambda kv: (-kv[1], kv[0])):
-            drops.add_row(r["stage"], escape(reason), _n(docs), f"{100 * docs / r['docs_in']:.2f}" if r["docs_in"] else "-")
+            drops.add_row(escape(r["stage"]), escape(reason), _n(docs), f"{100 * docs / r['docs_in']:.2f}" if r["docs_in"] else "-")
     if drops.row_count:
         out.print(drops)
     for r in result["stages"]:
         if r.get("tokens"):
-            out.print(f"{r['stage']}: tokens " + ", ".join(f"{k} {v:,}" for k, v in r["tokens"].items()))
+            out.print(f"{escape(r['stage'])}: tokens " + escape(", ".join(f"{k} {v:,}" for k, v in r["tokens"].items())))
 
     stages = [r["stage"] for r in result["stages"] if "by_source" in r]
     has_tokens = any("tokens" in cell for cell in result["by_source"].values())
-    lineage = _table("documents per source after each stage", ["source", "read", *stages] + (["tokens"] if has_tokens else []),
+    lineage = _table("documents per source after each stage", ["source", "read", *map(escape, stages)] + (["tokens"] if has_tokens else []),
                      ("source",))
     for source, cell in result["by_source"].items():
         lineage.add_row(escape(source), _n(cell.get("read")), *(_n(cell.get(s)) for s in stages),
@@ -266,8 +246,8 @@ def print_show(result: dict[str, Any], out: Console) -> None:
 
     for r in result["stages"]:
         for problem in r["problems"]:
-            out.print(f"[{_STATUS_COLOUR.get(r['status'], 'white')}]{r['stage']}: {escape(problem)}[/]")
+            out.print(f"[{_STATUS_COLOUR.get(r['status'], 'white')}]{escape(r['stage'])}: {escape(problem)}[/]")
     for entry in result["superseded"]:
-        out.print(f"[dim]_superseded/{entry['time']}: {', '.join(entry['stages'])} moved aside[/]")
+        out.print(f"[dim]_superseded/{escape(entry['time'])}: {escape(', '.join(entry['stages']))} moved aside[/]")
     if result["consistent"]:
         out.print("[green]every stage read the manifest of its input stage as it is now[/]")

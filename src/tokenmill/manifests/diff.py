@@ -20,11 +20,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tokenmill.errors import ManifestError, TokenmillError
+from tokenmill.json_diff import MISSING, flat_changes, flatten
+from tokenmill.manifests.lineage import lineage_order
 from tokenmill.pipeline.manifest import MANIFEST, content_hash, read_manifest
 from tokenmill.pipeline.stats import NO_SUBSET
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import TEXT_HASH, text_hashes
-from tokenmill.pipeline.registry import STAGE_ORDER
+from tokenmill.tokenize import tokens_json
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +71,7 @@ def locate(path: str) -> tuple[Any, str, dict[str, str]]:
     if not stages:
         raise TokenmillError(f"{path}: no stage manifests in it (expected <run>/<stage>/manifest.json); "
                              f"is it the config's `output` folder, and has a stage completed?")
-    return fs, path, {s: stages[s] for s in stage_order(stages)}
-
-
-def stage_order(names: Iterable[str]) -> list[str]:
-    """Stages in pipeline order; unknown (custom) stages after the known ones, by name."""
-    names = list(names)
-    return [s for s in STAGE_ORDER if s in names] + sorted(s for s in names if s not in STAGE_ORDER)
+    return fs, path, {s: stages[s] for s in sorted(stages)}
 
 
 def _read_json_manifest(fs, path: str) -> dict[str, Any]:
@@ -100,48 +96,36 @@ def config_keys(stage: str, identity: dict[str, Any]) -> dict[str, Any]:
 
     `config` is the stage's block (`stages.<stage>.*`, `ingest.*` for ingest), `seed` the run's seed, `fractions`
     and ingest's `sources` the per-source options (`sources.<name>.<option>`). Anything else is a value the stage
-    derives from the config (dedup's `bands`, clean's `languages`, ...) and is named `<stage>.<key>`.
+    derives from the config (dedup's `bands`, clean's `languages`, ...) and is named `<stage>.<key>`. Dicts are
+    flattened by key and lists of dicts by index (`overrides[0].source`); other lists are one value.
     """
     out: dict[str, Any] = {}
     for key, value in identity.items():
         if key == "config":
-            _flatten(value, "ingest" if stage == "ingest" else f"stages.{stage}", out)
+            out.update(flatten(value, "ingest" if stage == "ingest" else f"stages.{stage}"))
         elif key == "seed":
             out["seed"] = value
         elif key == "fractions" and isinstance(value, dict):
             for source, fraction in value.items():
                 out[f"sources.{source}.fraction"] = fraction
         elif key == "sources" and isinstance(value, dict):
-            _flatten(value, "sources", out)
+            out.update(flatten(value, "sources"))
         else:
-            _flatten(value, f"{stage}.{key}", out)
+            out.update(flatten(value, f"{stage}.{key}"))
     return out
 
 
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    """Dicts by key and lists of dicts by index (`overrides[0].source`); other lists are one value."""
-    if isinstance(value, dict) and value:
-        for k, v in value.items():
-            _flatten(v, f"{prefix}.{k}", out)
-    elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
-        for i, v in enumerate(value):
-            _flatten(v, f"{prefix}[{i}]", out)
-    else:
-        out[prefix] = value
+def _change_rows(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """`{key, a, b, change}` for each key of two flattened values that differs; change `changed`, `added` or
+    `removed`, and null on the side that lacks the key."""
+    return [{"key": key, "a": None if a is MISSING else a, "b": None if b is MISSING else b,
+             "change": "added" if a is MISSING else "removed" if b is MISSING else "changed"}
+            for key, a, b in flat_changes(old, new)]
 
 
 def config_changes(stage: str, a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Every dotted key whose value differs: `{key, a, b, change}` with change `changed`, `added` or `removed`."""
-    fa, fb = config_keys(stage, a), config_keys(stage, b)
-    out = []
-    for key in sorted(set(fa) | set(fb)):
-        if key not in fa:
-            out.append({"key": key, "a": None, "b": fb[key], "change": "added"})
-        elif key not in fb:
-            out.append({"key": key, "a": fa[key], "b": None, "change": "removed"})
-        elif fa[key] != fb[key]:
-            out.append({"key": key, "a": fa[key], "b": fb[key], "change": "changed"})
-    return out
+    return _change_rows(config_keys(stage, a), config_keys(stage, b))
 
 
 # ---------------------------------------------------------------------------------------------------------- counts
@@ -187,6 +171,8 @@ def token_counts(fs, stage_dir: str, content: dict[str, Any]) -> dict[str, Any] 
     neither records tokens.
     """
     index = storage.read_json(fs, storage.join(stage_dir, TOKENS_FILE))
+    if index is not None:  # a malformed index is an error naming its key, not a silent fall back to the report
+        index = tokens_json.validate(index, storage.join(stage_dir, TOKENS_FILE))
     splits: dict[str, int] = {}
     by: dict[tuple[str, str | None], dict[str, int]] = {}
 
@@ -412,24 +398,20 @@ def document_changes(fs_a, dir_a: str, content_a: dict[str, Any], fs_b, dir_b: s
 
 def report_changes(a: dict[str, Any], b: dict[str, Any], limit: int = 50) -> list[dict[str, Any]]:
     """Keys of the stages' reports (flattened, dotted) whose values differ: what changed when nothing else did."""
-    fa, fb = {}, {}
-    _flatten(a or {}, "report", fa)
-    _flatten(b or {}, "report", fb)
-    keys = sorted(k for k in set(fa) | set(fb) if fa.get(k, _MISSING) != fb.get(k, _MISSING))
-    return [{"key": k, "a": fa.get(k), "b": fb.get(k),
-             "change": "added" if k not in fa else "removed" if k not in fb else "changed"} for k in keys[:limit]]
-
-
-_MISSING = object()
+    return _change_rows(flatten(a or {}, "report"), flatten(b or {}, "report"))[:limit]
 
 
 def _input_hash(content: dict[str, Any]) -> str | None:
     return content["input"].get("manifest_hash") or content["input"].get("hash")
 
 
-def diff_stage(stage: str, fs_a, dir_a: str, fs_b, dir_b: str, examples: int = 3) -> dict[str, Any]:
-    """Everything that differs in one stage between two runs; `identical` when the manifests' content is equal."""
-    ma, mb = load_manifest(fs_a, dir_a), load_manifest(fs_b, dir_b)
+def diff_stage(stage: str, fs_a, dir_a: str, fs_b, dir_b: str, examples: int = 3,
+               manifests: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)) -> dict[str, Any]:
+    """Everything that differs in one stage between two runs; `identical` when the manifests' content is equal.
+
+    `manifests`: the two stage manifests when the caller has read them already (else read here)."""
+    ma = manifests[0] or load_manifest(fs_a, dir_a)
+    mb = manifests[1] or load_manifest(fs_b, dir_b)
     ca, cb = ma["content"], mb["content"]
     identical = content_hash(ca) == content_hash(cb)
     tokens = token_rows(token_counts(fs_a, dir_a, ca), token_counts(fs_b, dir_b, cb)) if stage == "tokenize" else None
@@ -469,15 +451,28 @@ def diff_runs(a: str, b: str, examples: int = 3) -> dict[str, Any]:
                                      f"no completed {stage!r} stage (it holds: {', '.join(other)})")
             stages_a, stages_b = {stage: stages_a[stage]}, {stage: stages_b[stage]}
             break
+    manifests_a = {s: _read_or_none(fs_a, d) for s, d in stages_a.items()}
+    manifests_b = {s: _read_or_none(fs_b, d) for s, d in stages_b.items()}
+    edges = [(s, (m or {}).get("content", {}).get("input", {}).get("stage"))
+             for manifests in (manifests_a, manifests_b) for s, m in manifests.items()]
     stages = []
-    for stage in stage_order(set(stages_a) | set(stages_b)):
+    for stage in lineage_order(edges):  # in pipeline order, from the manifests: no stage module imported
         if stage not in stages_b:
             stages.append({"stage": stage, "status": "only in a"})
         elif stage not in stages_a:
             stages.append({"stage": stage, "status": "only in b"})
         else:
-            stages.append(diff_stage(stage, fs_a, stages_a[stage], fs_b, stages_b[stage], examples))
+            stages.append(diff_stage(stage, fs_a, stages_a[stage], fs_b, stages_b[stage], examples,
+                                     manifests=(manifests_a[stage], manifests_b[stage])))
     return {"a": str(a), "b": str(b), "identical": all(s["status"] == "identical" for s in stages), "stages": stages}
+
+
+def _read_or_none(fs, stage_dir: str) -> dict[str, Any] | None:
+    """The stage's manifest, or None when it cannot be read: `diff_stage` reads it again and says why."""
+    try:
+        return read_manifest(fs, stage_dir)
+    except ManifestError:
+        return None
 
 
 def _is_stage_path(path: str) -> bool:

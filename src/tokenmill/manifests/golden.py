@@ -26,6 +26,10 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from tokenmill.json_diff import MISSING, changes
+from tokenmill.manifests.lineage import lineage_order
+from tokenmill.tokenize import tokens_json
+
 MANIFEST = "manifest.json"
 TOKENS = "tokens.json"
 LISTED_IDS = 100
@@ -103,13 +107,7 @@ def stage_order(run_dir: str | Path) -> list[str]:
             continue
         content = json.loads(manifest.read_text(encoding="utf-8"))["content"]
         inputs[stage] = content["input"].get("stage")
-    order: list[str] = []
-    frontier = sorted(s for s, prev in inputs.items() if prev not in inputs)
-    while frontier:
-        stage = frontier.pop(0)
-        order.append(stage)
-        frontier = sorted(frontier + [s for s, prev in inputs.items() if prev == stage])
-    return order
+    return lineage_order(inputs.items())
 
 
 def _extract_stage(stage_dir: Path) -> dict[str, Any]:
@@ -158,7 +156,7 @@ def _extract_stage(stage_dir: Path) -> dict[str, Any]:
 
 def _extract_tokens(stage_dir: Path) -> dict[str, Any]:
     """Documents and tokens per split, source and subset, the ids per split and source, the tokenizer's shape."""
-    tokens = json.loads((stage_dir / TOKENS).read_text(encoding="utf-8"))
+    tokens = tokens_json.read(stage_dir / TOKENS).data
     splits = {}
     for split, info in tokens["splits"].items():
         by_source: dict[str, dict[str, Any]] = {}
@@ -330,25 +328,21 @@ def _show(value: Any, limit: int = 120) -> str:
 
 
 def _diff_value(path: str, old: Any, new: Any, lines: list[str]) -> None:
-    if isinstance(old, dict) and isinstance(new, dict):
-        if path == "drops" or path.endswith(".drops"):  # a reason left out is a count of 0
-            old, new = {k: old.get(k, 0) for k in {*old, *new}}, {k: new.get(k, 0) for k in {*old, *new}}
-        for key in sorted(set(old) | set(new), key=str):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in old:
-                lines.append(f"{sub}: added {_show(new[key])}")
-            elif key not in new:
-                lines.append(f"{sub}: removed (was {_show(old[key])})")
-            else:
-                _diff_value(sub, old[key], new[key], lines)
-    elif isinstance(old, list) and isinstance(new, list) and old != new:
-        if len(old) == len(new):
-            for i, (a, b) in enumerate(zip(old, new)):
-                _diff_value(f"{path}[{i}]", a, b, lines)
+    """One line per difference; types count (`1` is not `1.0`), lists of another length are one line."""
+    for key, a, b in changes(old, new, path, lists="whole", strict=True, absent=_absent):
+        if a is MISSING:
+            lines.append(f"{key}: added {_show(b)}")
+        elif b is MISSING:
+            lines.append(f"{key}: removed (was {_show(a)})")
+        elif isinstance(a, list) and isinstance(b, list):
+            lines.append(f"{key}: {len(a)} -> {len(b)} items ({_show(a, 60)} -> {_show(b, 60)})")
         else:
-            lines.append(f"{path}: {len(old)} -> {len(new)} items ({_show(old, 60)} -> {_show(new, 60)})")
-    elif old != new or type(old) is not type(new):
-        lines.append(f"{path}: {_show(old)} -> {_show(new)}")
+            lines.append(f"{key}: {_show(a)} -> {_show(b)}")
+
+
+def _absent(path: str) -> Any:
+    """A drop reason one side lacks is a count of 0 there; any other key missing is a difference."""
+    return 0 if path == "drops" or path.endswith(".drops") else MISSING
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -8,12 +8,12 @@ stage's manifest content, see `pipeline/runner._input_of`), from the input stage
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow.fs as pafs
 
 from tokenmill.errors import TokenmillError
-from tokenmill.manifests.diff import load_manifest, stage_order, token_counts
+from tokenmill.manifests.diff import load_manifest, token_counts
 from tokenmill.pipeline.manifest import MANIFEST, content_hash
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import digest
@@ -39,6 +39,16 @@ CONFIG_CHANGED = "config changed"
 """With `--config`: the stage's committed config differs from what the config file gives it now."""
 FILES_MISSING = "files missing"
 """A file its completion records name is gone or has another size than committed (`tokenmill run` recomputes it)."""
+
+
+def stage_order(names: Iterable[str]) -> list[str]:
+    """Stages in pipeline order (the registered stages'); unknown (custom) stages after the known ones, by name.
+
+    By the registry, not the manifests' lineage: an incomplete stage or a superseded one may have no manifest."""
+    from tokenmill.pipeline.registry import stage_order as registered  # imports every stage: only when show runs
+
+    order, names = registered(), list(names)
+    return [s for s in order if s in names] + sorted(s for s in names if s not in order)
 
 
 def _stage_folders(fs, root: str) -> dict[str, str]:
