@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := build/demo
 
-.PHONY: demo test lint test-all test-faults bench lock clean golden
+.PHONY: demo test lint test-all test-faults bench bench-quick lock clean golden
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,9 +46,18 @@ test-faults: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -m ''
 
+# Every benchmark in benchmarks/, one process each as its docstring documents it (benchmarks/run_all.py): writes
+# bench/summary.json and prints a table of every ratio; fails naming any benchmark that crashed or printed no ratio.
+# Full size is each benchmark's documented default (scale.py's 10 GB run takes over an hour: BENCH_ARGS='--skip scale');
+# `make bench-quick` (or BENCH_SIZE=quick) runs each in seconds, under bench/quick/. See docs/benchmarks.md.
+BENCH_SIZE ?= full
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[bench]' -c constraints.txt
-	$(BIN)/python benchmarks/ingest_sample.py
+	$(BIN)/python -c 'import datasketch, rensa, scipy' 2>/dev/null || $(BIN)/python -m pip install -q -e '.[bench]' -c constraints.txt
+	$(BIN)/python benchmarks/run_all.py --size $(BENCH_SIZE) $(BENCH_ARGS)
+
+bench-quick:
+	$(MAKE) bench BENCH_SIZE=quick
 
 lock: $(STAMP)
 	( echo '# Pinned versions for a reproducible install: `pip install -c constraints.txt`. Regenerate with `make lock`.'; \

@@ -3,6 +3,8 @@ documents/s per core, index size and build time; prints JSON.
 
 One process, one core: the index is built once (as the stage's driver does), then every document goes through
 `find_matches` and, where it matches, `excise` (the stage's work per document, without Parquet and Ray).
+Baseline side by side: the same texts through the matcher's own word tokenization alone (`ratios`: match
+speed over that floor's).
 
     python benchmarks/decontaminate.py [--target-mb 200] [--dir bench]
 """
@@ -36,7 +38,7 @@ def main() -> int:
     from tokenmill.demo import write_format_files
     from tokenmill.stages.decontaminate.evalsets import EvalSetConfig, load_evalset
     from tokenmill.stages.decontaminate.excise import excise
-    from tokenmill.stages.decontaminate.ngrams import build_index, find_matches
+    from tokenmill.stages.decontaminate.ngrams import build_index, find_matches, tokenize
 
     folder = Path(args.dir) / f"decontaminate-jsonl-{int(args.target_mb)}mb"
     if not (folder / ".complete").exists():
@@ -65,6 +67,11 @@ def main() -> int:
             matched += 1
             excise(text, [(s, e) for s, e, _ in spans])
     seconds = time.process_time() - cpu
+    # Baseline, side by side: the same texts through the matcher's own word tokenization alone (the floor).
+    cpu = time.process_time()
+    for text in texts:
+        tokenize(text, "en")
+    floor = time.process_time() - cpu
     print(json.dumps({
         "benchmark": "decontaminate",
         "corpus": {"docs": len(texts), "text_mb": round(mb, 1)},
@@ -74,6 +81,8 @@ def main() -> int:
                   "coverage": {name: {"n": c.n, **c.items} for name, c in index.coverage.items()}},
         "match": {"cpu_seconds": round(seconds, 2), "docs_per_s_per_core": round(len(texts) / seconds),
                   "mb_per_s_per_core": round(mb / seconds, 2), "docs_with_matches": matched},
+        "baseline_tokenize_only": {"cpu_seconds": round(floor, 2), "mb_per_s_per_core": round(mb / floor, 2)},
+        "ratios": {"match_vs_tokenize_only": round(floor / seconds, 3)},
     }, indent=1))
     return 0
 

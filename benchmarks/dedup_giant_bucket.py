@@ -93,7 +93,7 @@ def main() -> None:
         row = {"scenario": name, "docs": len(sets), "budget": args.budget,
                "seconds": round(time.perf_counter() - start, 2), "pairs": len(sets) * (len(sets) - 1) // 2,
                "compared": r.compared, "edges": len(r.pairs), "rejected": r.rejected, "not_verified": r.not_verified,
-               "second_pass": r.second_pass}
+               "second_pass": r.second_pass, "compared_vs_all_pairs": round(r.compared / max(1, len(sets) * (len(sets) - 1) // 2), 4)}
         if len(sets) <= args.check:
             row.update(recall(sets, r.pairs))
         print(json.dumps(row), flush=True)

@@ -201,6 +201,8 @@ def main() -> int:
                                      "same_cluster": cluster_of.get(zh_copy) is not None
                                      and cluster_of.get(zh_copy) == cluster_of.get(zh_base)},
     }
+    result["ratios"] = {"recall_vs_brute_force": result["recall"], "chinese_recall_vs_brute_force": result["chinese_recall"],
+                        "removed_verified_vs_removed": round(len(verified) / len(removed), 5) if removed else None}
     print(json.dumps(result, indent=1))
     return 0
 

@@ -121,6 +121,9 @@ def main() -> int:
         if "size_histogram" in manifests["dedup"]["content"]["report"]["clusters"] else
         manifests["dedup"]["content"]["report"]["clusters"].get("by_source"),
     }
+    removed = sum(result["found"]["removed"].values())
+    result["ratios"] = {"planted_clusters_found_whole_vs_planted": round(whole / truth["clusters"], 4) if truth["clusters"] else None,
+                        "removed_vs_planted_copies": round(removed / truth["copies"], 4) if truth["copies"] else None}
     print(json.dumps(result, indent=1))
     return 0
 

@@ -94,6 +94,7 @@ def main() -> int:
     result: dict = {"corpus_gb_target": args.gb, "corpus_files_bytes": du(corpus), "cpus": os.cpu_count(),
                     "workers": args.workers, "generate_seconds": generated, "generate_peak_rss_mb": generate_rss,
                     "max_shard_bytes": config.ingest.max_shard_bytes, "stages": {}}
+    bytes_in: dict[str, int] = {}
     for stage in STAGES:
         start_local(num_cpus=args.workers)  # fresh workers: their peak RSS is this stage's
         start = time.perf_counter()
@@ -103,6 +104,7 @@ def main() -> int:
         manifest = json.loads(Path(report.manifest).read_text())
         info = manifest["run_info"]
         mb = report.totals["bytes_in"] / 1e6
+        bytes_in[stage] = report.totals["bytes_in"]
         folder = Path(config.output) / stage
         entry = {"seconds": round(wall, 1), "docs_in": report.totals["docs_in"], "text_mb_in": round(mb, 1),
                  "mb_per_s": round(mb / wall, 2), "mb_per_s_per_core": round(mb / wall / args.workers, 3),
@@ -116,6 +118,11 @@ def main() -> int:
         print(f"{stage}: {json.dumps(entry)}", file=sys.stderr, flush=True)
     gb_in = result["stages"]["ingest"]["text_mb_in"] / 1e3
     result["projection_the_pile"] = projection(result["stages"], gb_in, args)
+    stages = result["stages"]
+    result["ratios"] = {  # the goals of issue 19: disk written per byte of text, dedup's phase files per input byte
+        "disk_written_per_text_byte": round(sum(s["disk_written_bytes"] for s in stages.values()) / bytes_in["ingest"], 3),
+        "dedup_phase_files_vs_input": round(stages["dedup"]["shuffle_bytes"] / bytes_in["dedup"], 3),
+    }
     print(json.dumps(result, indent=1))
     return 0
 

@@ -135,6 +135,7 @@ def main() -> int:
         "median_step_s": {"plain": [round(x, 4) for x in plain], "trainer": [round(x, 4) for x in trained]},
     }
     result["flops_per_token"] = flops
+    result["ratios"] = {"trainer_vs_plain_tokens_per_s": round(best_plain / best_trainer, 3)}
     print(json.dumps(result, indent=1))
     return 0
 
