@@ -1,5 +1,6 @@
 """Dedup at scale on this machine: N generated ~1 KB documents with real duplicate clusters (sizes 2 to 50) and
-near-duplicates; prints JSON: wall time per phase, peak RSS of every process, clusters found against planted.
+near-duplicates; prints JSON: wall time per phase, peak RSS of every process, clusters found against planted, and
+the bytes of dedup's phase files (`<output>/dedup/_work/`, per folder) against its input shards and its text.
 
     python benchmarks/dedup_scale.py [--docs 1000000] [--dir bench] [--workers 2]
 
@@ -23,6 +24,11 @@ import numpy as np
 
 VOCAB = 5_000
 WORDS = 170  # ~1 KB of text
+
+
+def du(path: Path) -> int:
+    """Bytes of the files under `path` (0 if it does not exist)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
 def generate(folder: Path, n_docs: int, seed: int = 0, files: int = 16) -> dict:
@@ -121,9 +127,16 @@ def main() -> int:
         if "size_histogram" in manifests["dedup"]["content"]["report"]["clusters"] else
         manifests["dedup"]["content"]["report"]["clusters"].get("by_source"),
     }
+    work = root / "out" / "dedup" / "_work"
+    shard_bytes = du(root / "out" / "ingest" / "shards")  # dedup's input: ingest's kept shards
+    text_bytes = manifests["dedup"]["content"]["totals"]["bytes_in"]
+    result["phase_files"] = {"bytes": du(work), "by_folder": {p.name: du(p) for p in sorted(work.iterdir()) if p.is_dir()},
+                             "input_shard_bytes": shard_bytes, "input_text_bytes": text_bytes}
     removed = sum(result["found"]["removed"].values())
     result["ratios"] = {"planted_clusters_found_whole_vs_planted": round(whole / truth["clusters"], 4) if truth["clusters"] else None,
-                        "removed_vs_planted_copies": round(removed / truth["copies"], 4) if truth["copies"] else None}
+                        "removed_vs_planted_copies": round(removed / truth["copies"], 4) if truth["copies"] else None,
+                        "dedup_phase_files_vs_input": round(du(work) / shard_bytes, 3) if shard_bytes else None,
+                        "dedup_phase_files_vs_text": round(du(work) / text_bytes, 3) if text_bytes else None}
     print(json.dumps(result, indent=1))
     return 0
 

@@ -7,13 +7,17 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 import yaml
 
 from tests.conftest import write_jsonl
 from tests.pipeline.test_runner import run_into, tree
 from tokenmill.demo.planted import jaccard
+from tokenmill.stages.dedup.stage import _exact_digests
 
 pytestmark = pytest.mark.ray
 
@@ -88,6 +92,26 @@ def test_exact_and_near_duplicates_across_shards_and_sources(ray_cluster, corpus
     assert candidates["pairs_rejected"] >= 1  # f-near93
     assert candidates["pairs_verified"] == candidates["candidate_pairs"] == \
         candidates["pairs_above_threshold"] + candidates["pairs_rejected"]
+    phase_files_hold_no_text_nor_shingles(out)
+
+
+def phase_files_hold_no_text_nor_shingles(out: Path) -> None:
+    """Dedup's phase files keep references, band keys, hashes and lengths: never a document's text or its shingle
+    set (verify reads the text back from the input shard). A list or a large string column is a copy creeping in."""
+    files = sorted((out / "dedup" / "_work").rglob("*.parquet"))
+    assert any("docs" in f.parts for f in files) and any("bands" in f.parts for f in files)
+    for f in files:
+        schema = pq.read_schema(f)
+        assert not {"text", "shingles", "signature"} & set(schema.names), f
+        assert not any(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_binary(t)
+                       or pa.types.is_large_binary(t) for t in schema.types), (f, schema)
+        if "docs" in f.parts:  # per document only its length: row i is row i of the input shard
+            assert schema.names == ["length"], (f, schema)
+        elif "bands" in f.parts:
+            assert all(pa.types.is_integer(t) for t in schema.types), (f, schema)
+    text = sum(f.stat().st_size for f in (out / "ingest" / "shards").glob("*.parquet"))
+    docs = sum(f.stat().st_size for f in files if "docs" in f.parts)
+    assert docs < 0.1 * text, (docs, text)
 
 
 def test_workers_do_not_change_bytes_and_resume_is_exact(ray_cluster, corpus, tmp_path):
@@ -162,3 +186,15 @@ def test_candidate_counts_reach_the_manifest_and_the_summary(ray_cluster, giant_
     report = json.loads((tmp_path / "t" / "dedup" / "manifest.json").read_text())["content"]["report"]
     assert report["candidates"]["pairs_not_verified"] > 0 and report["candidates"]["buckets_over_cap_second_pass"] >= 1
     assert f"{report['candidates']['pairs_not_verified']:,} pairs not verified" in report["summary"][1]
+
+
+def test_exact_hashes_come_back_whole_from_either_band_file_format():
+    """The 128-bit exact hash travels as key (first 8 bytes) and `exact` (last 8); a band file of a run begun
+    before that split carries the digest whole, and resuming such a run reads it the same."""
+    digests = [xxhash.xxh3_128_digest(str(i).encode()) for i in range(5)] + [b"ab" + b"\0" * 14]
+    halves = np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 2)
+    split = _exact_digests(halves[:, 0].copy(), pa.chunked_array([pa.array(halves[:, 1], pa.uint64())]))
+    whole = _exact_digests(halves[:, 0].copy(), pa.chunked_array([pa.array(digests, pa.binary(16))]))
+    assert split.dtype == whole.dtype == np.dtype("S16")
+    assert split.tolist() == whole.tolist() == np.array(digests, dtype="S16").tolist()
+    assert _exact_digests(np.zeros(0, np.uint64), pa.chunked_array([], pa.uint64())).shape == (0,)

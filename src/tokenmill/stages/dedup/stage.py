@@ -1,11 +1,13 @@
 """The dedup stage in five phases, each a set of tasks with bounded memory; no task holds the corpus.
 
 (a) `signatures`, per shard: normalized-text hash, shingles, MinHash, band keys; band keys and exact hashes are
-    written partitioned by key. (b) `buckets`, per partition: equal keys make candidate pairs (exact pairs apart);
-    a bucket over the cap goes whole to (c). (c) `verify`, per partition: exact Jaccard of the shingle sets, reading
-    only the documents its pairs and over-cap buckets name; leader clustering inside each over-cap bucket.
-(d) `clusters`, one task over edges only: components, then the keep/drop choice. (e) `filter`, per shard: drop
-    what (d) decided. The reduced counts of (b), (c) and (d) reach `DedupStage.report` directly.
+    written partitioned by key, and per document its length; no text, no shingles. (b) `buckets`, per partition:
+    equal keys make candidate pairs (exact pairs apart); a bucket over the cap goes whole to (c). (c) `verify`, per
+    partition: exact Jaccard of the shingle sets, recomputed from the text of only the documents its pairs and
+    over-cap buckets name, read back from the input shards (each once, only those rows' row groups); leader
+    clustering inside each over-cap bucket. (d) `clusters`, one task over edges only: components, then the
+    keep/drop choice (ids and sources from the input shards, lengths from (a)). (e) `filter`, per shard: drop what
+    (d) decided. The reduced counts of (b), (c) and (d) reach `DedupStage.report` directly.
 """
 
 from __future__ import annotations
@@ -47,7 +49,60 @@ def _read_all(ctx: TaskContext, folder: str, columns=None) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
+def _langs(stage: "DedupStage", table: pa.Table) -> list:
+    """Each row's language for shingling: the `lang` column, else its source's `language` (as in every phase)."""
+    if "lang" in table.column_names:
+        return table.column("lang").to_pylist()
+    return [stage.run.sources[s].language for s in table.column("source").to_pylist()]
+
+
+def _read_columns(ctx: TaskContext, path: str, columns: list[str]) -> pa.Table:
+    """One Parquet file's `columns` (those it has), all rows."""
+    with ctx.fs.open_input_file(path) as f:
+        pf = pq.ParquetFile(f)
+        names = set(pf.schema_arrow.names)
+        return pf.read(columns=[c for c in columns if c in names]).replace_schema_metadata(None)
+
+
+def _read_rows(ctx: TaskContext, path: str, rows: np.ndarray, columns: list[str]) -> pa.Table:
+    """The given rows (ascending, unique) of one Parquet file, only `columns` (those it has), reading only the row
+    groups that hold them."""
+    with ctx.fs.open_input_file(path) as f:
+        pf = pq.ParquetFile(f)
+        meta = pf.metadata
+        starts = np.r_[0, np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])]
+        groups = np.searchsorted(starts, rows, side="right") - 1
+        wanted = np.unique(groups)
+        names = set(pf.schema_arrow.names)
+        table = pf.read_row_groups(wanted.tolist(), columns=[c for c in columns if c in names])
+    # Row r of group g sits at (rows read before g) + r - starts[g] in the table just read.
+    before = np.r_[0, np.cumsum(starts[wanted + 1] - starts[wanted])][np.searchsorted(wanted, groups)]
+    return table.take(pa.array(before + rows - starts[groups], pa.int64())).replace_schema_metadata(None)
+
+
+def _rows_by_shard(docs: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Split sorted unique document references by shard: (shard index, references, rows within the shard)."""
+    docs = np.unique(docs.astype(np.uint64, copy=False))
+    shard = (docs >> np.uint64(32)).astype(np.int64)
+    cuts = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if docs.size else np.zeros(0, np.int64)
+    return [(int(shard[a]), part, (part & np.uint64(0xFFFFFFFF)).astype(np.int64))
+            for a, part in zip(cuts.tolist(), np.split(docs, cuts[1:]))]
+
+
+def _band_bytes(table: pa.Table) -> bytes:
+    """A band-key file as Parquet: keys are random 64-bit values, so plain (a dictionary only adds to them); the
+    document references ascend within a file, so delta-encoded (under a byte a row instead of about 2.5)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=["band"],
+                   column_encoding={"key": "PLAIN", "doc": "DELTA_BINARY_PACKED"})
+    return sink.getvalue().to_pybytes()
+
+
 class Signatures(Phase):
+    """Per shard: band keys and exact hashes, partitioned by key; per document only its length (`_work/docs`).
+
+    Shingles are not kept: `verify` recomputes them from the input shard for the few documents it needs."""
+
     name = "signatures"
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
@@ -55,35 +110,36 @@ class Signatures(Phase):
                 for i, s in enumerate(ctx.input_shards)]
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
+        table = _read_columns(ctx, storage.join(ctx.input_dir, task.inputs[0]), ["text", "source", "lang"])
         cfg: DedupConfig = stage.config
         texts = table.column("text").to_pylist()
-        langs = table.column("lang").to_pylist() if "lang" in table.column_names else \
-            [stage.run.sources[s].language for s in table.column("source").to_pylist()]
         docs = _doc_ref(task.params["index"], np.arange(len(texts)))
-        shingles = shingle_hashes_many(texts, langs, word_ngram=cfg.word_ngram, char_ngram=cfg.char_ngram)
+        shingles = shingle_hashes_many(texts, _langs(stage, table), word_ngram=cfg.word_ngram,
+                                       char_ngram=cfg.char_ngram)
         hashes = [exact_hash(t) for t in texts]
         signatures = stage.hasher.signatures(shingles) if texts else np.zeros((0, cfg.num_perm), np.uint64)
+        del shingles
         keys = band_keys(signatures, stage.bands, stage.rows)
+        # Row i of this file is row i of the input shard (document reference index << 32 | i); id and source are
+        # read back from the input shard where needed, the length (characters) would need the whole text.
         ctx.write(f"_work/docs/{task.key}.parquet", parquet_bytes(pa.table({
-            "doc": pa.array(docs, pa.uint64()),
-            "id": table.column("id"),
-            "source": table.column("source"),
             "length": pc.utf8_length(table.column("text")).cast(pa.int64()),
-            "shingles": pa.array([s.tolist() for s in shingles], pa.list_(pa.uint64())),
         })))
         band = np.repeat(np.arange(stage.bands, dtype=np.uint16)[None, :], len(texts), axis=0).ravel()
         doc_per_band = np.repeat(docs, stage.bands)
         flat = keys.ravel()
-        exact_key = np.array([int.from_bytes(h[:8], "little") for h in hashes], dtype=np.uint64)
+        # The 128-bit exact hash travels as two uint64: its first 8 bytes are the key, the last 8 `exact`.
+        halves = np.frombuffer(b"".join(hashes), dtype="<u8").reshape(-1, 2).astype(np.uint64)
+        exact_key, exact_rest = halves[:, 0], halves[:, 1]
         for p in range(stage.config.partitions):
             mask = (flat % np.uint64(stage.config.partitions)) == p
             emask = (exact_key % np.uint64(stage.config.partitions)) == p
-            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", parquet_bytes(pa.table({
+            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", _band_bytes(pa.table({
                 "band": pa.array(np.concatenate([band[mask], np.full(emask.sum(), EXACT_BAND, np.uint16)]), pa.uint16()),
                 "key": pa.array(np.concatenate([flat[mask], exact_key[emask]]), pa.uint64()),
                 "doc": pa.array(np.concatenate([doc_per_band[mask], docs[emask]]), pa.uint64()),
-                "exact": pa.array([None] * int(mask.sum()) + [h for h, m in zip(hashes, emask) if m], pa.binary(16)),
+                "exact": pa.array(np.concatenate([np.zeros(int(mask.sum()), np.uint64), exact_rest[emask]]), pa.uint64(),
+                                  mask=np.r_[np.ones(int(mask.sum()), bool), np.zeros(int(emask.sum()), bool)]),
             })))
         return {"docs": len(texts)}
 
@@ -94,6 +150,16 @@ def _sum_counts(results: Mapping[str, Any]) -> dict[str, int]:
     for key in sorted(results):
         total.update(results[key])
     return {k: int(total[k]) for k in sorted(total)}
+
+
+def _exact_digests(key: np.ndarray, exact: pa.ChunkedArray) -> np.ndarray:
+    """The 16-byte exact hashes (``S16``) of the exact rows of a band file from their key (first 8 bytes) and
+    `exact` (last 8). A file written before the hash was split carries the whole digest in `exact` (binary): a run
+    begun by that code and resumed by this one reads it as it is."""
+    if pa.types.is_fixed_size_binary(exact.type) or pa.types.is_binary(exact.type):
+        return np.array(exact.to_pylist(), dtype="S16")
+    rest = exact.to_numpy().astype(np.uint64, copy=False)
+    return np.stack([key.astype(np.uint64, copy=False), rest], axis=1).astype("<u8").view("S16").ravel()
 
 
 class Buckets(Phase):
@@ -119,7 +185,7 @@ class Buckets(Phase):
             found = candidate_pairs(band[~is_exact], key[~is_exact], doc[~is_exact], stage.config.max_pairs_per_bucket)
             near, over_bucket, over_doc = found.pairs, found.over_cap_bucket, found.over_cap_doc
             over_pairs, over_buckets = found.over_cap_pairs, found.buckets_over_cap
-            exact_bytes = np.array(rows.column("exact").filter(pa.array(is_exact)).to_pylist(), dtype="S16")
+            exact_bytes = _exact_digests(key[is_exact], rows.column("exact").filter(pa.array(is_exact)))
             exact = exact_pairs(exact_bytes, doc[is_exact])
         ctx.write(f"_work/pairs/{task.key}.parquet", parquet_bytes(pa.table({
             "a": pa.array(np.concatenate([exact[:, 0], near[:, 0]]), pa.uint64()),
@@ -140,8 +206,26 @@ class Verify(Phase):
     name = "verify"
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key=f"p{p:04d}", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards]})
+        return [Task(key=f"p{p:04d}", params={"paths": [s["path"] for s in ctx.input_shards]})
                 for p in range(stage.config.partitions)]
+
+    @staticmethod
+    def _read_back(stage: "DedupStage", ctx: TaskContext, paths: list[str], needed: np.ndarray
+                   ) -> tuple[dict[int, np.ndarray], dict[int, tuple[str, int, None]]]:
+        """Shingle sets and (id, length) of the `needed` documents: their text read back from the input shards (each
+        shard once, only its needed rows) and shingled exactly as `signatures` did."""
+        cfg: DedupConfig = stage.config
+        shingles: dict[int, np.ndarray] = {}
+        members: dict[int, tuple[str, int, None]] = {}
+        for index, docs, rows in _rows_by_shard(needed):
+            table = _read_rows(ctx, storage.join(ctx.input_dir, paths[index]), rows, ["id", "text", "source", "lang"])
+            sets = shingle_hashes_many(table.column("text").to_pylist(), _langs(stage, table),
+                                       word_ngram=cfg.word_ngram, char_ngram=cfg.char_ngram)
+            lengths = pc.utf8_length(table.column("text")).cast(pa.int64()).to_pylist()
+            for doc, doc_id, length, sh in zip(docs.tolist(), table.column("id").to_pylist(), lengths, sets):
+                shingles[doc] = sh
+                members[doc] = (doc_id, length, None)
+        return shingles, members
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return _sum_counts(results)
@@ -155,17 +239,7 @@ class Verify(Phase):
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
         over_bucket, over_doc = over.column("bucket").to_numpy(), over.column("doc").to_numpy()
         needed = np.unique(np.r_[near.ravel(), over_doc])
-        shingles: dict[int, np.ndarray] = {}
-        members: dict[int, tuple[str, int, None]] = {}
-        shards = task.params["shards"]
-        for index in np.unique(needed >> np.uint64(32)).tolist():
-            table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
-                                  columns=["doc", "id", "length", "shingles"])
-            table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(needed, pa.uint64())))
-            columns = (table.column(c).to_pylist() for c in ("doc", "id", "length", "shingles"))
-            for doc, doc_id, length, sh in zip(*columns):
-                shingles[doc] = np.array(sh, dtype=np.uint64)
-                members[doc] = (doc_id, length, None)
+        shingles, members = self._read_back(stage, ctx, task.params["paths"], needed)
         jaccard, keep = verify(near, shingles, cfg.threshold) if len(near) else (np.zeros(0), np.zeros(0, bool))
         counts = {"pairs_verified": int(len(near)), "pairs_above_threshold": int(keep.sum()),
                   "pairs_rejected": int(len(near) - keep.sum()), "pairs_compared_in_buckets_over_cap": 0,
@@ -219,7 +293,8 @@ class Clusters(Phase):
         return results["all"]
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key="all", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards]})]
+        return [Task(key="all", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards],
+                                        "paths": [s["path"] for s in ctx.input_shards]})]
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         edges = _read_all(ctx, "_work/edges")
@@ -230,7 +305,7 @@ class Clusters(Phase):
         if edges is not None and edges.num_rows:
             a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
             jac, exact = edges.column("jaccard").to_numpy(), edges.column("exact").to_numpy(zero_copy_only=False)
-            members = self._members(ctx, shards, np.unique(np.r_[a, b]))
+            members = self._members(ctx, shards, task.params["paths"], np.unique(np.r_[a, b]))
             order = self._order(stage.config.keep, members)
             pairs = np.stack([a, b], axis=1)
             for node, (by, j) in greedy_keep(pairs[exact], jac[exact], order).items():
@@ -282,15 +357,17 @@ class Clusters(Phase):
         }
 
     @staticmethod
-    def _members(ctx: TaskContext, shards: list[str], nodes: np.ndarray) -> dict[int, tuple[str, int, str]]:
-        """(id, length, source) of the documents in edges, only those, read once from the signatures phase's files."""
+    def _members(ctx: TaskContext, shards: list[str], paths: list[str], nodes: np.ndarray
+                 ) -> dict[int, tuple[str, int, str]]:
+        """(id, length, source) of the documents in edges, only those: id and source from the input shards (only
+        those columns and row groups), the length from the signatures phase's `_work/docs`; each shard once."""
         members = {}
-        for index in np.unique(nodes >> np.uint64(32)).tolist():
-            table = pq.read_table(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), filesystem=ctx.fs,
-                                  columns=["doc", "id", "length", "source"])
-            table = table.filter(pc.is_in(table.column("doc"), value_set=pa.array(nodes, pa.uint64())))
-            members.update(zip(table.column("doc").to_pylist(),
-                               zip(*(table.column(c).to_pylist() for c in ("id", "length", "source")))))
+        for index, docs, rows in _rows_by_shard(nodes):
+            table = _read_rows(ctx, storage.join(ctx.input_dir, paths[index]), rows, ["id", "source"])
+            lengths = _read_rows(ctx, storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), rows,
+                                 ["length"]).column("length").to_pylist()
+            members.update(zip(docs.tolist(), zip(table.column("id").to_pylist(), lengths,
+                                                  table.column("source").to_pylist())))
         return members
 
     @staticmethod
