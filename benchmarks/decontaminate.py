@@ -54,9 +54,9 @@ def main() -> int:
     index = build_index(fields())
     build = {"wall_seconds": round(time.perf_counter() - wall, 2), "cpu_seconds": round(time.process_time() - cpu, 2)}
 
-    texts = [json.loads(line)["text"] for p in sorted(folder.glob("*.jsonl")) for line in p.read_text(encoding="utf-8").splitlines()]
+    texts = [json.loads(line)["text"] for p in sorted(folder.glob("*.jsonl")) for line in p.read_text(encoding="utf-8").split("\n") if line]
     # Plant one evaluation question in every 100th document, so the excision path is measured too.
-    questions = [json.loads(line)["question"] for line in (SHARED / "evalsets" / "gsm8k_test.jsonl").read_text(encoding="utf-8").splitlines()]
+    questions = [json.loads(line)["question"] for line in (SHARED / "evalsets" / "gsm8k_test.jsonl").read_text(encoding="utf-8").split("\n") if line]
     texts = [t + "\n\n" + questions[i % len(questions)] if i % 100 == 0 else t for i, t in enumerate(texts)]
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     matched = 0

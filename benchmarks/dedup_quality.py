@@ -56,7 +56,7 @@ def english_texts() -> list[str]:
 
 
 def chinese_texts() -> list[str]:
-    texts = [line.split("\t", 1)[1].strip() for line in (SHARED / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").splitlines()]
+    texts = [line.split("\t", 1)[1].strip() for line in (SHARED / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").split("\n") if line]
     cmrc = json.loads(Path(SHARED / "chinese" / "cmrc2018_dev.json").read_text(encoding="utf-8"))
     texts += [p["context"] for a in cmrc["data"] for p in a["paragraphs"]]
     return [t for t in dict.fromkeys(texts) if len(t) >= 200]

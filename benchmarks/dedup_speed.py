@@ -34,7 +34,7 @@ def make_docs(count: int, size: int = 2048) -> list[str]:
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_format_files(tmp, "jsonl", count * size * 2 + 1_000_000)
-        texts = [json.loads(line)["text"] for path in paths for line in Path(path).read_text(encoding="utf-8").splitlines()]
+        texts = [json.loads(line)["text"] for path in paths for line in Path(path).read_text(encoding="utf-8").split("\n") if line]
     docs, current = [], []
     length = 0
     for word in " ".join(texts).split(" "):

@@ -84,7 +84,7 @@ def main() -> int:
         runs[engine] = {"stage_seconds": tok.seconds, "text_mb": round(mb, 1), "mb_per_s": round(mb / tok.seconds, 2),
                         "engines_used": engines, "tokens_sha256": digest_tokens(root / f"out-{engine}")}
 
-    records = [json.loads(line) for p in sorted((root / "data").glob("*.jsonl")) for line in p.read_text(encoding="utf-8").splitlines()]
+    records = [json.loads(line) for p in sorted((root / "data").glob("*.jsonl")) for line in p.read_text(encoding="utf-8").split("\n") if line]
     texts = [r["text"] for r in records]
     bare = Tokenizer.from_file(str(tokenizer_json))
     t = time.perf_counter()

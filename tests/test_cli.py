@@ -132,6 +132,14 @@ def test_report_contamination_prints_names_and_texts_as_text(tmp_path, capsys):
         assert literal in out, literal
 
 
+def test_report_contamination_before_the_stage_ran_names_it(tmp_path, capsys):
+    from tokenmill.cli import main
+
+    assert main(["report", "contamination", str(tmp_path)]) == 2
+    err = "".join(capsys.readouterr().err.split())  # rich wraps the message
+    assert "decontaminate/manifest.jsondoesnotexist:runthedecontaminatestagefirst" in err
+
+
 def test_run_summary_prints_sources_reasons_and_errors_as_text(tmp_path, capsys):
     from types import SimpleNamespace
 

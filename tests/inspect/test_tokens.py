@@ -91,9 +91,27 @@ def test_tokens_stats_refuses_a_tokenizer_other_than_the_recorded_one(tokens_run
     from tokenmill.cli import main
 
     assert main(["tokens", "stats", str(tokens_run), "--decode", "1"]) == 0
-    capsys.readouterr()
+    # The table's row is inspect's view of the sidecars: 30 documents of alpha, their tokens and percentiles.
+    (row,) = length_percentiles(tokens_run, "train")
+    assert row["documents"] == 30 and row["tokens"] == token_counts(tokens_run)[0]["tokens"]
+    cells = [f"{row[k]:,}" for k in ("documents", "tokens", "p10", "p50", "p90", "p99")]
+    assert any(line.split()[:8] == ["train", "alpha", *cells] for line in
+               capsys.readouterr().out.replace("│", " ").splitlines())
     path = tokens_run / "tokenize" / "tokenizer.json"
     path.write_text(path.read_text().replace('"<|endoftext|>"', '"<|endoftext|> "', 1))  # another, valid tokenizer
     assert main(["tokens", "stats", str(tokens_run)]) == 2
     err = "".join(capsys.readouterr().err.split())  # rich wraps the message
     assert "tokenize/tokenizer.json:sha256" in err and "recordedintokens.json" in err
+
+
+def test_an_index_already_read_gives_the_same_views_as_the_run(tokens_run):
+    """`tokens stats` reads tokens.json once and hands the index to each view; each must see what the run gives."""
+    from tokenmill.inspect.tokens import tokenizer
+    from tokenmill.tokenize import tokens_json
+
+    index = tokens_json.read(tokens_run / "tokenize" / tokens_json.FILE)
+    assert length_percentiles(index, "train") == length_percentiles(tokens_run, "train")
+    assert tokenizer(index).sha256 == tokenizer(tokens_run).sha256
+    docs = decoded_samples(index, n=3, seed=1, max_tokens=None)
+    assert docs == decoded_samples(tokens_run, n=3, seed=1, max_tokens=None)
+    assert len(docs) == 3 and all(d["ends_with_eos"] and d["source"] == "alpha" for d in docs)

@@ -182,3 +182,28 @@ def test_files_without_a_recorded_hash_are_named_in_a_warning(tmp_path, caplog):
         loader = TokenLoader([path], seq_len=SEQ, global_batch_size=2)
     assert any("no sha256" in r.getMessage() and "alpha.0000.bin" in r.getMessage() for r in caplog.records)
     next(iter(loader))
+
+
+def test_a_missing_file_an_unwritable_cache_and_no_cache(data, tmp_path, monkeypatch, caplog):
+    """What `verify_file` does without its usual footing: each named, none silently passed."""
+    bin_path = data.parent / "train" / "alpha.0000.bin"
+    check = verify.Check(bin_path, verify.file_sha256(bin_path))
+    gone = verify.Check(data.parent / "train" / "gone.bin", check.sha256)
+    with pytest.raises(DataError, match=r"gone\.bin: cannot read it .*tokens\.json lists it"):
+        verify.verify_file(gone, tmp_path / "cache")
+    # A cache that cannot be made (a file stands in its way): warned, hashed anyway, the hash still compared.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    with caplog.at_level(logging.WARNING, logger="tokenmill.loader.verify"):
+        assert verify.verify_file(check, blocked / "cache") is True
+    assert any("not writable" in r.getMessage() for r in caplog.records)
+    with pytest.raises(DataError, match=r"alpha\.0000\.bin: sha256"):
+        verify.verify_file(verify.Check(bin_path, "0" * 64), blocked / "cache")
+    for off in ("off", "0", "none", ""):
+        monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, off)
+        assert verify.cache_dir() is None
+    monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, str(tmp_path / "here"))
+    assert verify.cache_dir() == tmp_path / "here"
+    monkeypatch.delenv(verify.VERIFIED_CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert verify.cache_dir() == tmp_path / "xdg" / "tokenmill" / "verified"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 
+from tokenmill.tokenize import tokens_json
 from tokenmill.tokenize.indexed import IndexedWriter
 
 EOS = 0
@@ -48,16 +48,13 @@ def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_sou
             entries.append({"prefix": prefix, "documents": len(ids), "tokens": sum(lengths),
                             "by_source": {source: {"documents": len(ids), "tokens": sum(lengths)}},
                             "sha256": {".bin": hashlib.sha256(bin_path.read_bytes()).hexdigest()}})
-    entries.sort(key=lambda e: e["prefix"])
-    path = root / "tokens.json"
+    path = root / tokens_json.FILE
     # A second call with another split adds it to the same index.
-    splits = json.loads(path.read_text())["splits"] if path.exists() else {}
-    splits[split] = {"documents": sum(e["documents"] for e in entries), "tokens": sum(e["tokens"] for e in entries),
-                     "files": entries}
-    index = {"format": "megatron-mmidx", "version": 1,
-             "tokenizer": {"file": "tokenizer.json", "sha256": "test", "vocab_size": vocab_size, "eos_id": EOS},
-             "dtype": "uint16" if vocab_size <= 65536 else "int32", "splits": splits}
-    path.write_text(json.dumps(index), encoding="utf-8")
+    splits = {sp: e["files"] for sp, e in tokens_json.read(path).splits.items()} if path.exists() else {}
+    splits[split] = entries
+    index = tokens_json.build({"file": tokens_json.TOKENIZER_FILE, "sha256": "test", "vocab_size": vocab_size,
+                               "eos_id": EOS}, "uint16" if vocab_size <= 65536 else "int32", splits)
+    path.write_bytes(tokens_json.dumps(index))  # as the tokenize stage writes it
     return path
 
 
@@ -70,8 +67,9 @@ def labelled_docs(n_docs: int, rng: np.random.Generator, base: int = 1, min_len:
 def stream_tokens(tokens_json: Path, source: str) -> np.ndarray:
     """The naive reference: a source's files read whole and concatenated in tokens.json order."""
     from tokenmill.tokenize.indexed import IndexedReader
+    from tokenmill.tokenize.tokens_json import read
 
-    index = json.loads(tokens_json.read_text())
-    parts = [np.asarray(IndexedReader(tokens_json.parent / e["prefix"]).tokens, dtype=np.int64)
-             for e in index["splits"]["train"]["files"] if source in e["by_source"]]
+    index = read(tokens_json)
+    parts = [np.asarray(IndexedReader(index.prefix_path(e)).tokens, dtype=np.int64)
+             for e in index.files("train") if source in e["by_source"]]
     return np.concatenate(parts)

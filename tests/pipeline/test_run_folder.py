@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -24,7 +25,7 @@ from tests.faults.harness import kill_group, wait_workers_gone
 from tokenmill.cli import main as cli
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.manifests.show import show_run
-from tokenmill.pipeline import faults
+from tokenmill.pipeline import faults, runfolder
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.runner import run_pipeline
 
@@ -295,6 +296,34 @@ def test_output_naming_a_file_is_refused_at_validation(tmp_path, capsys):
     assert cli(["validate", str(config)]) == 2
     assert "is not a folder" in capsys.readouterr().err
     assert (tmp_path / "corpus" / "taken").read_text() == "mine"
+
+
+def test_which_existing_folders_count_as_a_run_folder(tmp_path):
+    """A new or empty folder, one with only tokenmill's root entries, a marked run, or a run made before the markers
+    (a stage folder holding `_work/key.json`) may be written; anything else is refused, naming what is there."""
+    fs = pafs.LocalFileSystem()
+
+    def problem(folder: Path):
+        return runfolder._root_problem(fs, str(folder))
+
+    assert problem(tmp_path / "new") is None
+    (tmp_path / "empty").mkdir()
+    assert problem(tmp_path / "empty") is None
+    (tmp_path / "own" / "_logs").mkdir(parents=True)
+    assert problem(tmp_path / "own") is None
+    (tmp_path / "legacy" / "sample" / "_work").mkdir(parents=True)
+    (tmp_path / "legacy" / "notes.txt").write_text("x")
+    assert "is not a tokenmill run folder" in problem(tmp_path / "legacy")
+    (tmp_path / "legacy" / "sample" / "_work" / "key.json").write_text("{}")
+    assert problem(tmp_path / "legacy") is None
+    (tmp_path / "marked" / "dedup").mkdir(parents=True)
+    (tmp_path / "marked" / "notes.txt").write_text("x")
+    (tmp_path / "marked" / "dedup" / runfolder.STAGE_MARKER).write_text("")
+    assert problem(tmp_path / "marked") is None
+    (tmp_path / "theirs" / "data").mkdir(parents=True)
+    assert "(data) and is not a tokenmill run folder" in problem(tmp_path / "theirs")
+    (tmp_path / "theirs" / runfolder.ROOT_MARKER).write_text("{}")
+    assert problem(tmp_path / "theirs") is None
 
 
 @pytest.mark.ray

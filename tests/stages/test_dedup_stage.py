@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs
 import pyarrow.parquet as pq
 import pytest
 import xxhash
@@ -17,7 +19,7 @@ import yaml
 from tests.conftest import write_jsonl
 from tests.pipeline.test_runner import run_into, tree
 from tokenmill.demo.planted import jaccard
-from tokenmill.stages.dedup.stage import _exact_digests
+from tokenmill.stages.dedup.stage import _doc_ref, _exact_digests, _read_rows, _rows_by_shard
 
 pytestmark = pytest.mark.ray
 
@@ -198,3 +200,23 @@ def test_exact_hashes_come_back_whole_from_either_band_file_format():
     assert split.dtype == whole.dtype == np.dtype("S16")
     assert split.tolist() == whole.tolist() == np.array(digests, dtype="S16").tolist()
     assert _exact_digests(np.zeros(0, np.uint64), pa.chunked_array([], pa.uint64())).shape == (0,)
+
+
+def test_rows_read_back_are_the_rows_a_whole_read_gives(tmp_path):
+    """Verify and clusters read back only the needed rows' row groups; across several row groups, with rows
+    skipped, first and last, the rows come back in order and equal those of a whole read (pyarrow's own)."""
+    path = tmp_path / "s.parquet"
+    n = 1000
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(n)], "text": [f"text {i}" for i in range(n)]}), path,
+                   row_group_size=64)
+    assert pq.ParquetFile(path).metadata.num_row_groups > 10
+    rows = np.array([0, 3, 63, 64, 65, 300, 301, 700, 999])
+    ctx = SimpleNamespace(fs=pyarrow.fs.LocalFileSystem())
+    got = _read_rows(ctx, str(path), rows, ["id", "text", "lang"])  # a column the file lacks is left out
+    assert got.column_names == ["id", "text"]
+    assert got.to_pylist() == pq.read_table(path).take(pa.array(rows)).to_pylist()
+
+    docs = np.r_[_doc_ref(2, np.array([5, 1])), _doc_ref(0, np.array([7])), _doc_ref(2, np.array([5]))]
+    split = [(i, d.tolist(), r.tolist()) for i, d, r in _rows_by_shard(docs)]
+    assert split == [(0, _doc_ref(0, np.array([7])).tolist(), [7]), (2, _doc_ref(2, np.array([1, 5])).tolist(), [1, 5])]
+    assert _rows_by_shard(np.zeros(0, np.uint64)) == []

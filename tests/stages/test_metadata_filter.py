@@ -91,6 +91,8 @@ def test_a_rule_without_a_predicate_is_refused_naming_the_field():
         MetadataRule(field="score")
     with pytest.raises(ValueError, match="min \\(5.0\\) is above max"):
         MetadataRule(field="score", min=5, max=1)
+    with pytest.raises(ValueError, match="rule on 'url': domain applies to allowed and blocked"):
+        MetadataRule(field="url", domain=True, missing="drop")
 
 
 def test_an_unknown_key_under_the_stage_is_named(tmp_path):

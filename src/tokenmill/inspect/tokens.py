@@ -1,6 +1,9 @@
 """The tokenize stage's output (docs/tokenize.md): tokens per source and split from ``tokens.json``, document lengths
 in tokens from the ``.docs.parquet`` sidecars, and documents decoded back from the ``.bin/.idx`` files with the
 run's own ``tokenizer.json`` (HF ``tokenizers``), so what the loader will feed can be read as text.
+
+Each function takes ``run``: a run folder (`tokenmill.inspect.runs.run_dir`), or the ``tokens_json.TokensIndex``
+of one already read.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from tokenmill.tokenize import tokens_json
 
 
 def _index(run) -> tokens_json.TokensIndex:
+    """The run's validated ``tokens.json``; an index already read is used as it is, so a caller that needs several
+    of these views (``tokenmill tokens stats``, `decoded_samples`) reads and validates the file once."""
+    if isinstance(run, tokens_json.TokensIndex):
+        return run
     path = stage_dir(run, "tokenize") / tokens_json.FILE
     if not path.is_file():
         raise TokenmillError(f"{path} does not exist: the tokenize stage has not completed")
@@ -136,19 +143,19 @@ def decoded_samples(run=None, n: int = 3, seed: int = 0, split: str | None = "tr
     """
     from tokenmill.tokenize.indexed import IndexedReader
 
+    index = _index(run)
     candidates = []
-    for sp, prefix, path in _sidecars(run, split):
+    for sp, prefix, path in _sidecars(index, split):
         t = pq.read_table(path, columns=["id", "source", "subset", "tokens"]).to_pylist()
         candidates += [(sp, prefix, i, row) for i, row in enumerate(t) if source in (None, row["source"])]
     if source is not None and not candidates:
         raise TokenmillError(f"no tokenized documents of source {source!r}")
     chosen = sorted(random.Random(seed).sample(range(len(candidates)), min(n, len(candidates))))
-    tok = tokenizer(run)
-    folder = stage_dir(run, "tokenize")
+    tok = tokenizer(index)
     out = []
     for k in chosen:
         sp, prefix, i, row = candidates[k]
-        seq = IndexedReader(str(folder / prefix))[i]
+        seq = IndexedReader(str(index.folder / prefix))[i]
         ends = bool(len(seq)) and int(seq[-1]) == tok.eos_id
         body = seq[:-1] if ends else seq
         out.append({"split": sp, "prefix": prefix, "index": i, **row, "ends_with_eos": ends,

@@ -31,7 +31,6 @@ from tokenmill.manifests.lineage import lineage_order
 from tokenmill.tokenize import tokens_json
 
 MANIFEST = "manifest.json"
-TOKENS = "tokens.json"
 LISTED_IDS = 100
 """Dropped ids are listed (not only hashed) for a source and reason with at most this many documents."""
 SHOWN_IDS = 5
@@ -149,14 +148,14 @@ def _extract_stage(stage_dir: Path) -> dict[str, Any]:
     }
     if "report" in content:
         golden["report"] = _strip(content["report"])
-    if (stage_dir / TOKENS).is_file():
+    if (stage_dir / tokens_json.FILE).is_file():
         golden["tokens"] = _extract_tokens(stage_dir)
     return golden
 
 
 def _extract_tokens(stage_dir: Path) -> dict[str, Any]:
     """Documents and tokens per split, source and subset, the ids per split and source, the tokenizer's shape."""
-    tokens = tokens_json.read(stage_dir / TOKENS).data
+    tokens = tokens_json.read(stage_dir / tokens_json.FILE).data
     splits = {}
     for split, info in tokens["splits"].items():
         by_source: dict[str, dict[str, Any]] = {}

@@ -345,7 +345,7 @@ def _overlap_problems(config: RunConfig) -> list[str]:
     owner: dict[Path, int] = {}
     shared: dict[tuple[int, int], list[Path]] = {}
     for i, source in enumerate(config.sources):
-        for f in sorted({m.resolve() for pattern in source.paths for m in expand_pattern(config, pattern)}):
+        for f in matched_files(config, source):
             first = owner.setdefault(f, i)
             if first != i:
                 shared.setdefault((first, i), []).append(f)
@@ -445,9 +445,14 @@ def expand_pattern(config: RunConfig, pattern: str) -> list[Path]:
     return sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
 
 
+def matched_files(config: RunConfig, source: SourceConfig) -> list[Path]:
+    """The files the source's patterns match, resolved, sorted and without repeats."""
+    return sorted({f.resolve() for pattern in source.paths for f in expand_pattern(config, pattern)})
+
+
 def source_files(config: RunConfig, source: SourceConfig) -> tuple[Path, list[Path]]:
     """The source's root folder and its files, sorted and without repeats."""
-    files = sorted({f.resolve() for pattern in source.paths for f in expand_pattern(config, pattern)})
+    files = matched_files(config, source)
     if source.root is not None:
         root = config.resolve(source.root).resolve()
     else:

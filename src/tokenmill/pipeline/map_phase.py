@@ -62,9 +62,9 @@ def split_and_write(
     return entry
 
 
-def shard_tasks(ctx: PlanContext, **params: Any) -> list[Task]:
-    """One task per input shard, keyed by the shard's name, with its source (and `params`) as parameters."""
-    return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"], **params})
+def shard_tasks(ctx: PlanContext) -> list[Task]:
+    """One task per input shard, keyed by the shard's name, with its source as parameter."""
+    return [Task(key=shard_name(s["path"]), inputs=(s["path"],), params={"source": s["source"]})
             for s in ctx.input_shards]
 
 

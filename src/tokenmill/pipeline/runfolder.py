@@ -342,9 +342,7 @@ def _root_problem(fs: pafs.FileSystem, root: str) -> str | None:
         return None
     if all(e.base_name in OWN_ROOT_ENTRIES for e in entries):
         return None
-    if any(e.type == pafs.FileType.Directory and (storage.exists(fs, storage.join(e.path, STAGE_MARKER))
-                                                 or storage.exists(fs, storage.join(e.path, LEGACY_KEY)))
-           for e in entries):
+    if any(e.type == pafs.FileType.Directory and stage_is_ours(fs, e.path) for e in entries):
         return None  # a run made before the root marker, or stage folders copied from one
     shown = ", ".join(sorted(e.base_name for e in entries)[:5])
     return (f"{root} is not empty ({shown}{', ...' if len(entries) > 5 else ''}) and is not a tokenmill run folder "

@@ -300,9 +300,9 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
 def _report(stage: Stage, stats: dict[str, Any] | None, reduced: Mapping[str, Any]) -> dict[str, Any] | None:
     """The stage's report: its summed shard stats and, when any phase reduced something, those results (global
     facts such as the cluster summary or the index reach the report directly, not through a shard's stats)."""
-    if reduced:
-        return stage.report(stats or {}, reduced)
-    return stage.report(stats) if stats is not None else None
+    if stats is None and not reduced:
+        return None
+    return stage.report(stats or {}, reduced or None)
 
 
 def _restore_if_superseded(fs, root: str, name: str, stage_dir: str, key: dict, lock: runfolder.RunLock) -> str | None:

@@ -164,9 +164,8 @@ class ReadSources(Phase):
             entries.append(entry)
         # Each file must still be the one the run listed (its size is in the manifest, its stamp in the resume key):
         # appended to or rewritten while it was read, the task fails naming it rather than committing a mix.
-        for file, stamp in zip(files, task.params["stamps"]):
-            expected = stamp or file_stamp(file.path, "mtime", file.size)
-            check_unchanged(file.path, f"{file.source}:{file.relpath}", expected)
+        for file, stamp in zip(files, task.params["stamps"], strict=True):
+            check_unchanged(file.path, f"{file.source}:{file.relpath}", stamp)
         return ShardsResult(entries)
 
 

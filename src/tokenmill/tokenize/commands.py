@@ -52,35 +52,28 @@ def tokens_stats(args: argparse.Namespace) -> int:
     documents."""
     import random
 
-    import numpy as np
-    import pyarrow.parquet as pq
     from rich.markup import escape
     from rich.table import Table
 
-    from tokenmill.inspect.tokens import tokenizer
+    from tokenmill.inspect.tokens import length_percentiles, tokenizer
     from tokenmill.tokenize.indexed import IndexedReader
 
     path = Path(args.run) / "tokenize" / tokens_json.FILE
     if not path.is_file():
         raise TokenmillError(f"{path} does not exist: run the tokenize stage first")
     index = tokens_json.read(path)
-    tok = tokenizer(args.run)  # only the one whose sha256 tokens.json records
+    tok = tokenizer(index)  # only the one whose sha256 tokens.json records
     out = _console(100)
+    quantiles = ("p10", "p50", "p90", "p99")
     table = Table(title=f"tokens in {args.run}", title_justify="left")
-    for col in ("split", "source", "documents", "tokens", "p10", "p50", "p90", "p99"):
+    for col in ("split", "source", "documents", "tokens", *quantiles):
         table.add_column(col, justify="left" if col in ("split", "source") else "right")
-    samples = []
-    for split, entry in index.splits.items():
-        lengths: dict[str, list[int]] = {}
-        for f in entry["files"]:
-            side = pq.read_table(f"{index.prefix_path(f)}.docs.parquet", columns=["source", "tokens"]).to_pylist()
-            for row in side:
-                lengths.setdefault(row["source"], []).append(row["tokens"])
-            samples.append(f["prefix"])
-        for source, values in sorted(lengths.items()):
-            p = np.percentile(values, [10, 50, 90, 99]).astype(int)
-            table.add_row(escape(split), escape(source), f"{len(values):,}", f"{sum(values):,}", *(f"{x:,}" for x in p))
+    for split in index.splits:
+        for row in length_percentiles(index, split):
+            table.add_row(escape(split), escape(row["source"]), f"{row['documents']:,}", f"{row['tokens']:,}",
+                          *(f"{row[q]:,}" for q in quantiles))
     out.print(table)
+    samples = [f["prefix"] for entry in index.splits.values() for f in entry["files"]]
     out.print(f"tokenizer: vocab {index.tokenizer['vocab_size']:,}, end-of-text id {index.tokenizer['eos_id']}, "
               f"dtype {index.dtype}")
     rng = random.Random(args.seed)

@@ -328,6 +328,14 @@ def test_config_is_strict_and_documented():
         GopherRepetitionConfig(top_n_grams=((5, 0.1),))
     with pytest.raises(ValidationError, match="dup_n_grams"):
         GopherRepetitionConfig(dup_n_grams=((5, 0.1), (5, 0.2)))
+    # the repetition rules' fields and checks are shared; the CJK n-gram rules keep their own defaults and words
+    with pytest.raises(ValidationError, match="top_n_grams"):
+        CJKQualityConfig(top_n_grams=((5, 0.1),))
+    with pytest.raises(ValidationError, match="dup_n_grams"):
+        CJKQualityConfig(dup_n_grams=((11, 0.1),))
+    assert CJKQualityConfig().dup_n_grams[0] == (5, 0.40) and GopherRepetitionConfig().dup_n_grams[0] == (5, 0.15)
+    assert "character n-gram" in CJKQualityConfig.model_fields["dup_n_grams"].description
+    assert "word n-gram" in GopherRepetitionConfig.model_fields["dup_n_grams"].description
     with pytest.raises(ValidationError, match="stop_chars"):
         CJKQualityConfig(languages=("zh", "ko"))
     CJKQualityConfig(languages=("zh", "ko"), min_stop_chars=None)

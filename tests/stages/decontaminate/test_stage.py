@@ -30,7 +30,7 @@ def corpus(root, shared, plants: bool):
     with gzip.open(shared / "commoncrawl" / "dolma_CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz", "rt") as f:
         web += [t for t in (json.loads(line)["text"] for line in f) if t.strip()]
     docs = [{"id": f"web{i}", "text": t} for i, t in enumerate(web)]
-    zh = [line.split("\t", 1)[1].strip() for line in (shared / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").splitlines()][:150]
+    zh = [line.split("\t", 1)[1].strip() for line in (shared / "chinese" / "thucnews_cnews.val.txt").read_text(encoding="utf-8").split("\n") if line][:150]
     zh_docs = [{"id": f"zh{i}", "text": t} for i, t in enumerate(zh)]
     planted = {}
     if plants:
@@ -41,9 +41,9 @@ def corpus(root, shared, plants: bool):
             start = rng.randrange(len(book) - n)
             return " ".join(book[start:start + n])
 
-        gsm = [json.loads(line) for line in (shared / "evalsets" / "gsm8k_test.jsonl").read_text(encoding="utf-8").splitlines()]
-        lam = [json.loads(line) for line in (shared / "evalsets" / "llmfoundry_lambada_openai.jsonl").read_text(encoding="utf-8").splitlines()]
-        arc = [json.loads(line) for line in (shared / "evalsets" / "llmfoundry_arc_easy.jsonl").read_text(encoding="utf-8").splitlines()]
+        gsm = [json.loads(line) for line in (shared / "evalsets" / "gsm8k_test.jsonl").read_text(encoding="utf-8").split("\n") if line]
+        lam = [json.loads(line) for line in (shared / "evalsets" / "llmfoundry_lambada_openai.jsonl").read_text(encoding="utf-8").split("\n") if line]
+        arc = [json.loads(line) for line in (shared / "evalsets" / "llmfoundry_arc_easy.jsonl").read_text(encoding="utf-8").split("\n") if line]
         question = gsm[5]["question"]
         docs.append({"id": "p-verbatim", "text": filler() + "\n\n" + question})
         shouted = gsm[9]["question"].upper().replace(" ", "   ")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from itertools import repeat
 from typing import Any, Mapping
 
 import numpy as np
@@ -29,6 +30,7 @@ from tokenmill.dedup.minhash import MinHasher
 from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
 from tokenmill.dedup.verify import verify
 from tokenmill.pipeline import storage
+from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.documents import parquet_bytes, read_shard
 from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
@@ -50,10 +52,9 @@ def _read_all(ctx: TaskContext, folder: str, columns=None) -> pa.Table | None:
 
 
 def _langs(stage: "DedupStage", table: pa.Table) -> list:
-    """Each row's language for shingling: the `lang` column, else its source's `language` (as in every phase)."""
-    if "lang" in table.column_names:
-        return table.column("lang").to_pylist()
-    return [stage.run.sources[s].language for s in table.column("source").to_pylist()]
+    """Each row's language for shingling: the `lang` column, else its source's `language` (the runner's fallback,
+    `with_fallbacks`, as in every phase)."""
+    return with_fallbacks(table, stage).column("lang").to_pylist()
 
 
 def _read_columns(ctx: TaskContext, path: str, columns: list[str]) -> pa.Table:
@@ -222,9 +223,9 @@ class Verify(Phase):
             sets = shingle_hashes_many(table.column("text").to_pylist(), _langs(stage, table),
                                        word_ngram=cfg.word_ngram, char_ngram=cfg.char_ngram)
             lengths = pc.utf8_length(table.column("text")).cast(pa.int64()).to_pylist()
-            for doc, doc_id, length, sh in zip(docs.tolist(), table.column("id").to_pylist(), lengths, sets):
-                shingles[doc] = sh
-                members[doc] = (doc_id, length, None)
+            refs = docs.tolist()
+            shingles.update(zip(refs, sets))
+            members.update(zip(refs, zip(table.column("id").to_pylist(), lengths, repeat(None))))
         return shingles, members
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:

@@ -50,8 +50,9 @@ class GopherQualityConfig(StrictModel):
     document, as datatrove does (a French page then fails it)."""
 
 
-class GopherRepetitionConfig(StrictModel):
-    """Gopher's repetition rules (Rae et al. 2021, table A1), datatrove's names and defaults; None turns a rule off."""
+class _RepetitionRules(StrictModel):
+    """Gopher's repetition rules on lines, paragraphs and n-grams, as `GopherRepetitionConfig` (word n-grams) and
+    `CJKQualityConfig` (character n-grams, their own defaults) both use them; None turns a rule off."""
 
     dup_line_frac: float | None = Field(default=0.3, ge=0)
     """Most share of lines (split on newlines) that repeat an earlier line."""
@@ -75,6 +76,10 @@ class GopherRepetitionConfig(StrictModel):
     @classmethod
     def _dup_sizes(cls, v):
         return _check_n_grams(v, DUP_N_GRAM_SIZES, "dup_n_grams")
+
+
+class GopherRepetitionConfig(_RepetitionRules):
+    """Gopher's repetition rules (Rae et al. 2021, table A1), datatrove's names and defaults; None turns a rule off."""
 
 
 class C4Config(StrictModel):
@@ -106,7 +111,7 @@ class C4Config(StrictModel):
     """Skip lines about cookies, terms of use or privacy policies."""
 
 
-class CJKQualityConfig(StrictModel):
+class CJKQualityConfig(_RepetitionRules):
     """Character-based rules for languages written without spaces between words (Chinese, Japanese).
 
     Gopher's word rules would drop nearly every Chinese article, so documents in these languages are measured in
@@ -139,30 +144,12 @@ class CJKQualityConfig(StrictModel):
     line_rules_min_lines: int = Field(default=3, ge=0)
     """The bullet and ellipsis line rules apply to documents of at least this many lines: Chinese articles are
     often a single line, and a literary `……` at its end does not make it a truncated snippet."""
-    dup_line_frac: float | None = Field(default=0.3, ge=0)
-    """Most share of lines that repeat an earlier line, as Gopher."""
-    dup_para_frac: float | None = Field(default=0.3, ge=0)
-    """Most share of paragraphs that repeat an earlier paragraph, as Gopher."""
-    dup_line_char_frac: float | None = Field(default=0.2, ge=0)
-    """Most share of characters in repeated lines, as Gopher."""
-    dup_para_char_frac: float | None = Field(default=0.2, ge=0)
-    """Most share of characters in repeated paragraphs, as Gopher."""
     top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16))
     """(n, most share of characters covered by the most frequent character n-gram), n among 2, 3, 4."""
     dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.40), (6, 0.38), (7, 0.36), (8, 0.34), (9, 0.32), (10, 0.30))
     """(n, most share of characters in character n-grams that repeat an earlier one), n among 5 to 10. Higher than
     Gopher's word thresholds: a 5-character n-gram is two or three words, and a news story names its people, places
     and products again and again (real news reaches 0.3 at n = 5); a text that holds itself twice scores ~0.5."""
-
-    @field_validator("top_n_grams")
-    @classmethod
-    def _top_sizes(cls, v):
-        return _check_n_grams(v, TOP_N_GRAM_SIZES, "top_n_grams")
-
-    @field_validator("dup_n_grams")
-    @classmethod
-    def _dup_sizes(cls, v):
-        return _check_n_grams(v, DUP_N_GRAM_SIZES, "dup_n_grams")
 
     @model_validator(mode="after")
     def _stop_chars_for_every_language(self):

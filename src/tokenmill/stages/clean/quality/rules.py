@@ -45,17 +45,10 @@ FAMILY_REASONS: dict[str, tuple[str, ...]] = {
 }
 """Each family (a `QualityConfig` field) and the reasons it may give, in the order the families run."""
 
-QUALITY_DROP_REASONS: tuple[str, ...] = (
-    # Gopher quality (words) and the CJK equivalents (characters)
-    *GOPHER_QUALITY_REASONS,
-    "too_few_chars", "too_many_chars", "too_few_cjk_chars", "too_few_stop_chars",
-    # Gopher repetition
-    *REPETITION_REASONS,
-    # C4 (and the CJK sentence rule)
-    *C4_REASONS,
-)
-"""Every reason `quality` may give, each named for the failure. `dominant_<n>_gram`: the most frequent n-gram
-covers too many characters; `duplicate_<n>_grams`: too many characters sit in repeated n-grams."""
+QUALITY_DROP_REASONS: tuple[str, ...] = tuple(dict.fromkeys(r for family in FAMILY_REASONS.values() for r in family))
+"""Every reason `quality` may give (the families' reasons in family order, each once), named for the failure.
+`dominant_<n>_gram`: the most frequent n-gram covers too many characters; `duplicate_<n>_grams`: too many
+characters sit in repeated n-grams."""
 
 Rules = list[tuple[np.ndarray, str]]
 """(failing mask over all documents, reason), in the order the rules run."""
