@@ -1,13 +1,20 @@
 """Scale run: a generated corpus of >= 10 GB through every stage on this machine, and a projection to The Pile.
 
 Per stage: wall seconds, text MB in, MB/s, MB/s per core (cores = the workers Ray ran), the largest peak RSS of
-any worker and of the driver, disk written (the stage's folder, and for dedup its phase files: the shuffle). Each
-stage gets a fresh Ray cluster, so a worker's peak RSS (its high-water mark) is that stage's alone; the corpus is
-generated in a child process, so the driver's peak is the pipeline's. Then a projection for The Pile (825 GB of
-text) on a cluster, shown as the computation from the measured per-core throughput and the measured dedup shuffle
-volume per input GB. Prints JSON; `--gb` sets the size.
+any worker and of the driver, disk written (the stage's folder, and for dedup its phase files: the shuffle) and per
+byte of the text ingest read, the Parquet settings its shards were written with, and where its core-seconds went
+(inside tasks, or Ray and idle workers around them). A file hard-linked from an earlier stage's (a shard a stage
+kept unchanged) counts once, in the stage that wrote it. Each stage gets a fresh Ray cluster, so a worker's peak
+RSS (its high-water mark) is that stage's alone; the corpus is generated in a child process, so the driver's peak
+is the pipeline's. Then a projection for The Pile (825 GB of text) on a cluster, shown as the computation from the
+measured per-core throughput and the measured dedup shuffle volume per input GB. Prints JSON; `--gb` sets the size.
 
     python benchmarks/scale.py --gb 10 [--dir bench] [--nodes 64 --cores-per-node 32 --nic-gbit 25]
+    python benchmarks/scale.py --gb 2 --corpus bench/scale-2gb/corpus --dir /tmp/scale-new   # a generated corpus
+
+`--corpus` runs an already generated corpus (a folder with demo.yaml), so the previous code can run the same one
+after: `PYTHONPATH=/tmp/old/src python benchmarks/scale.py --gb 2 --corpus ... --dir /tmp/scale-old`. The run folder
+(<dir>/scale-<gb>gb/run) is removed first, so every stage runs.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import sys
 import argparse  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -29,6 +37,44 @@ PILE_GB = 825.0
 
 def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def new_bytes(path: Path, seen: set[tuple[int, int]]) -> tuple[int, int]:
+    """(bytes of files under `path` whose inode is not in `seen`, bytes of those that are: hard links to files an
+    earlier stage wrote); adds the new inodes to `seen`, so a linked file counts once, where it was written."""
+    fresh = linked = 0
+    for f in path.rglob("*") if path.exists() else ():
+        st = f.lstat()
+        if not f.is_file() or f.is_symlink():
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            linked += st.st_size
+        else:
+            seen.add((st.st_dev, st.st_ino))
+            fresh += st.st_size
+    return fresh, linked
+
+
+def parquet_settings(folder: Path) -> dict | None:
+    """How the stage's first shard was written: codec, the text column's encodings, row groups, statistics."""
+    import pyarrow.parquet as pq
+
+    shards = sorted((folder / "shards").glob("*.parquet"))
+    if not shards:
+        return None
+    meta = pq.ParquetFile(shards[0]).metadata
+    if meta.num_row_groups == 0:
+        return None
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    text = meta.row_group(0).column(names.index("text")) if "text" in names else None
+    return {"created_by": meta.created_by, "rows": meta.num_rows, "row_groups": meta.num_row_groups,
+            "rows_per_group": meta.row_group(0).num_rows,
+            "codec": meta.row_group(0).column(0).compression,
+            "text_encodings": sorted(text.encodings) if text is not None else None,
+            "text_dictionary_page": bool(text.has_dictionary_page) if text is not None else None,
+            "text_statistics": bool(text.is_stats_set) if text is not None else None,
+            "text_compressed_vs_uncompressed": round(text.total_compressed_size / text.total_uncompressed_size, 3)
+            if text is not None and text.total_uncompressed_size else None}
 
 
 def projection(stages: dict, gb_in: float, args) -> dict:
@@ -63,6 +109,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=10.0, help="text to generate, in GB")
     parser.add_argument("--dir", default="bench")
+    parser.add_argument("--corpus", default=None, help="an already generated corpus (its folder, with demo.yaml); "
+                        "--gb then only names the output folder")
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--cores-per-node", type=int, default=32)
@@ -76,9 +124,11 @@ def main() -> int:
     from tokenmill.pipeline.runner import run_pipeline
 
     root = Path(args.dir) / f"scale-{args.gb:g}gb"
-    corpus = root / "corpus"
+    corpus = Path(args.corpus) if args.corpus else root / "corpus"
+    if args.corpus and not (corpus / "demo.yaml").exists():
+        parser.error(f"--corpus {corpus}: no demo.yaml there; generate one with `python benchmarks/scale.py --gb N`")
     generated = generate_rss = None
-    if not (corpus / ".complete").exists():
+    if not args.corpus and not (corpus / ".complete").exists():
         t = time.perf_counter()
         # A child process: the generator's own memory must not count as the pipeline driver's.
         subprocess.run([sys.executable, "-c", "import sys; from tokenmill.demo import write_demo_corpus; "
@@ -89,12 +139,14 @@ def main() -> int:
         generate_rss = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
     config = load_config(corpus / "demo.yaml")
     # Production-sized shards; the demo's are small so that its few MB still spread over tasks.
+    shutil.rmtree(root / "run", ignore_errors=True)  # a run left here would be "up to date" and measure nothing
     config = config.model_copy(update={"output": str(root / "run"),
                                        "ingest": config.ingest.model_copy(update={"docs_per_shard": 20_000})})
     result: dict = {"corpus_gb_target": args.gb, "corpus_files_bytes": du(corpus), "cpus": os.cpu_count(),
                     "workers": args.workers, "generate_seconds": generated, "generate_peak_rss_mb": generate_rss,
                     "max_shard_bytes": config.ingest.max_shard_bytes, "stages": {}}
     bytes_in: dict[str, int] = {}
+    seen: set[tuple[int, int]] = set()
     for stage in STAGES:
         start_local(num_cpus=args.workers)  # fresh workers: their peak RSS is this stage's
         start = time.perf_counter()
@@ -106,11 +158,20 @@ def main() -> int:
         mb = report.totals["bytes_in"] / 1e6
         bytes_in[stage] = report.totals["bytes_in"]
         folder = Path(config.output) / stage
+        written, linked = new_bytes(folder, seen)
+        phases = info.get("phases", {}).values()
+        task_seconds = sum(p.get("task_seconds", 0.0) for p in phases)
         entry = {"seconds": round(wall, 1), "docs_in": report.totals["docs_in"], "text_mb_in": round(mb, 1),
                  "mb_per_s": round(mb / wall, 2), "mb_per_s_per_core": round(mb / wall / args.workers, 3),
                  "max_worker_peak_rss_mb": max((p.get("max_worker_peak_rss_mb", 0) for p in
                                                 info.get("phases", {}).values()), default=None),
-                 "driver_peak_rss_mb": info.get("driver_peak_rss_mb"), "disk_written_bytes": du(folder)}
+                 "driver_peak_rss_mb": info.get("driver_peak_rss_mb"), "disk_written_bytes": written,
+                 "linked_bytes": linked, "tasks": sum(p.get("tasks_run", 0) for p in phases),
+                 # Core-seconds inside tasks (reading, the stage's work, encoding, writing, committing) against
+                 # those the stage held: the rest is Ray, the driver's phases and workers waiting.
+                 "task_seconds": round(task_seconds, 1) if task_seconds else None,
+                 "in_task_share": round(task_seconds / (wall * args.workers), 3) if task_seconds else None,
+                 "parquet": parquet_settings(folder)}
         if stage == "dedup":
             entry["shuffle_bytes"] = du(folder / "_work")
             entry["phase_bytes"] = {p.name: du(p) for p in sorted((folder / "_work").iterdir()) if p.is_dir()}
@@ -119,6 +180,8 @@ def main() -> int:
     gb_in = result["stages"]["ingest"]["text_mb_in"] / 1e3
     result["projection_the_pile"] = projection(result["stages"], gb_in, args)
     stages = result["stages"]
+    for s in stages.values():
+        s["disk_written_per_text_byte"] = round(s["disk_written_bytes"] / bytes_in["ingest"], 3)
     result["ratios"] = {  # the goals of issue 19: disk written per byte of text, dedup's phase files per input byte
         "disk_written_per_text_byte": round(sum(s["disk_written_bytes"] for s in stages.values()) / bytes_in["ingest"], 3),
         "dedup_phase_files_vs_input": round(stages["dedup"]["shuffle_bytes"] / bytes_in["dedup"], 3),

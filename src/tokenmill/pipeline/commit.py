@@ -7,7 +7,9 @@ rerun can check that what it skips is really there.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,35 @@ class TaskWriter:
         if len(self.written) == 1:
             faults.point("written", self.stage_dir, self.phase, self.task_key)
 
+    def link(self, relpath: str, source: str) -> bool:
+        """Publish an existing file as `relpath` (an input shard whose table the task would write unchanged): a
+        hard link on local disk, a server-side copy elsewhere; False when it cannot (then write the bytes).
+
+        The link goes under this attempt's name and moves into place at commit, as a written file does; committed
+        files are never rewritten in place (writes go to new names, then move), so the two names keep their bytes.
+        """
+        path = storage.join(self.tmp_dir, relpath)
+        try:
+            faults.before_write(self.stage_dir, self.phase, self.task_key, relpath, path)  # tests only; inert when off
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            try:
+                if isinstance(self.fs, pafs.LocalFileSystem):
+                    os.link(source, path)
+                else:
+                    self.fs.copy_file(source, path)
+            except OSError as err:
+                if err.errno in _NO_LINK:
+                    return False
+                raise
+            digest, size = _file_sha256(self.fs, path)
+        except OSError as err:
+            raise _write_error(err, f"cannot write {relpath} of task {self.phase}/{self.task_key} (as a link to "
+                                    f"{source}, at {path})") from err
+        self.written[relpath] = {"path": relpath, "bytes": size, "sha256": digest}
+        if len(self.written) == 1:
+            faults.point("written", self.stage_dir, self.phase, self.task_key)
+        return True
+
     def commit(self, stage_key: dict[str, Any], result: Any) -> dict[str, Any]:
         for i, relpath in enumerate(sorted(self.written)):
             if i == 1:
@@ -80,6 +111,20 @@ class TaskWriter:
         # Leftovers of this task's killed attempts go with the commit.
         storage.remove_tree(self.fs, tmp_root(self.stage_dir, self.phase, self.task_key))
         return record
+
+
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
+"""Why a hard link can fail where a write would not: another device, a filesystem without links, too many links."""
+
+
+def _file_sha256(fs: pafs.FileSystem, path: str) -> tuple[str, int]:
+    """(sha256, size) of a file, read in 8 MiB pieces: what the record states of a linked file."""
+    h, size = hashlib.sha256(), 0
+    with fs.open_input_stream(path) as f:
+        while piece := f.read(8 << 20):
+            h.update(piece)
+            size += len(piece)
+    return h.hexdigest(), size
 
 
 def _write_error(err: OSError, what: str) -> OSError:

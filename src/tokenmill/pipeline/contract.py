@@ -121,6 +121,11 @@ class TaskContext:
         """Write an output file (relative to the stage folder); it is published only when the task commits."""
         self.writer.write(relpath, data)
 
+    def link(self, relpath: str, source: str) -> bool:
+        """Publish the existing file `source` (a path in `fs`) as an output file, without rewriting it; False when
+        the filesystem cannot, and the caller writes the bytes instead."""
+        return self.writer.link(relpath, source)
+
 
 class Phase(ABC):
     """A set of independent tasks; a stage's phases run in order, each task committed on its own.

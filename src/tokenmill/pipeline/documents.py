@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,17 @@ WRITTEN_COLUMNS = frozenset({TEXT_HASH})
 
 # Row groups of a fixed size keep the bytes of a shard independent of how it was assembled.
 ROW_GROUP_SIZE = 2048
+ZSTD_LEVEL = 3
+"""zstd level of every Parquet file the pipeline writes. Arrow's default, 1, left text at about 0.30 of its size;
+3 makes it about 0.26 (benchmarks/scale.py reports it per stage); zstd decodes as fast whatever the level."""
+NO_DICTIONARY = frozenset({"id", "text", "meta", TEXT_HASH})
+"""Columns whose values are (nearly) all distinct: a dictionary page only adds to them, and building it costs a hash
+per value. Every other column (source, subset, languages, scores that repeat) keeps Arrow's dictionary encoding."""
+
+
+def _writer_options(table: pa.Table) -> dict[str, Any]:
+    return {"compression": "zstd", "compression_level": ZSTD_LEVEL,
+            "use_dictionary": [name for name in table.column_names if name not in NO_DICTIONARY]}
 
 
 def canonical_json(value: Any) -> str:
@@ -52,7 +64,7 @@ def parquet_bytes(table: pa.Table) -> bytes:
     """A side table (clusters, hits, a phase's intermediate rows) as Parquet bytes (zstd), without the shard schema
     stamp that `shard_bytes` adds; identical tables give identical bytes."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, **_writer_options(table))
     return sink.getvalue().to_pybytes()
 
 
@@ -64,16 +76,30 @@ def shard_bytes(table: pa.Table) -> bytes:
     pq.write_table(
         table.replace_schema_metadata(metadata),
         sink,
-        compression="zstd",
         row_group_size=ROW_GROUP_SIZE,
+        **_writer_options(table),
     )
     return sink.getvalue().to_pybytes()
 
 
+_last_read: tuple[str, weakref.ref] | None = None
+"""The path `read_shard` read last in this process, and a weak reference to the table it returned."""
+
+
 def read_shard(path: str, filesystem=None) -> pa.Table:
     """Read one Parquet shard whole (shards are sized to fit a worker's memory)."""
-    table = pq.read_table(path, filesystem=filesystem)
-    return table.replace_schema_metadata(None)
+    global _last_read
+    table = pq.read_table(path, filesystem=filesystem).replace_schema_metadata(None)
+    _last_read = (path, weakref.ref(table))
+    return table
+
+
+def last_read(path: str) -> pa.Table | None:
+    """The table `read_shard` last returned, if it read `path` and the table is still alive: what a task that
+    writes its input shard back unchanged can compare with, at no memory cost (the reference is weak)."""
+    if _last_read is None or _last_read[0] != path:
+        return None
+    return _last_read[1]()
 
 
 def utf8_lengths(column: pa.ChunkedArray | pa.Array) -> np.ndarray:

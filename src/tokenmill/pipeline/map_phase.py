@@ -11,7 +11,8 @@ from tokenmill.pipeline.stats import tally_table, text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, Processed, ShardsResult, Stage, Task, TaskContext
-from tokenmill.pipeline.documents import DROP_REASON, content_hash, read_shard, shard_bytes, with_text_hash
+from tokenmill.pipeline.documents import (DROP_REASON, content_hash, last_read, read_shard, shard_bytes,
+                                          with_text_hash)
 
 
 def shard_name(path: str) -> str:
@@ -38,9 +39,12 @@ def split_and_write(
     except ValueError as err:
         raise RuntimeError(f"stage {stage.name!r}, shard {name}: {err}") from None
     kept_mask = pc.is_null(reasons)
-    kept = table.filter(kept_mask)
+    # A stage that keeps every row (tokenize always) needs no copy of the whole table.
+    kept = table if reasons.null_count == len(reasons) else table.filter(kept_mask)
     shard_path = f"shards/{name}.parquet"
-    ctx.write(shard_path, shard_bytes(kept))
+    unchanged = unchanged_input(ctx, name, kept)
+    if unchanged is None or not ctx.link(shard_path, unchanged):
+        ctx.write(shard_path, shard_bytes(kept))
     dropped_path = None
     if len(kept) < table.num_rows and getattr(stage.config, "keep_dropped", True):
         dropped = table.filter(pc.invert(kept_mask)).append_column(DROP_REASON, reasons.filter(pc.invert(kept_mask)))
@@ -60,6 +64,35 @@ def split_and_write(
     if stats is not None:
         entry["stats"] = stats
     return entry
+
+
+def unchanged_input(ctx: TaskContext, name: str, kept: pa.Table) -> str | None:
+    """The input shard of the same name, when `kept` is exactly the table read from it (every row kept, every
+    column equal, `text_hash` included): its file can be linked, not rewritten. None otherwise.
+
+    Sample at fraction 1, decontaminate on a shard without hits and dedup on a shard without duplicates keep most
+    shards whole; rewriting each would cost its encoding time and its bytes on disk again.
+    """
+    input_dir = getattr(ctx, "input_dir", None)
+    if input_dir is None:
+        return None
+    path = storage.join(input_dir, f"shards/{name}.parquet")
+    read = last_read(path)
+    if read is None or read.num_rows != kept.num_rows or not read.schema.equals(kept.schema):
+        return None
+    return path if all(_same_values(a, b) for a, b in zip(kept.columns, read.columns)) else None
+
+
+_BITS = {pa.float16(): pa.int16(), pa.float32(): pa.int32(), pa.float64(): pa.int64()}
+
+
+def _same_values(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    """Equal values and nulls. Floats are compared by their bits: NaN is not equal to itself (clean's scores hold
+    NaN where a rule does not apply), and the same bits are what decides whether the written shard would differ."""
+    bits = _BITS.get(a.type)
+    if bits is not None:
+        a, b = (pa.chunked_array([c.view(bits) for c in x.chunks], bits) for x in (a, b))
+    return a.equals(b)
 
 
 def shard_tasks(ctx: PlanContext) -> list[Task]:

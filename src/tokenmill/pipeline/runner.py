@@ -238,7 +238,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
             shared[phase.name] = phase.build(stage, ctx)
             reporter.phase_ended(stage.name, phase.name)
             phase_stats[phase.name] = {"wall_seconds": round(time.time() - phase_started, 3), "tasks_run": 0,
-                                       "max_task_seconds": 0.0, "max_worker_peak_rss_mb": 0.0}
+                                       "max_task_seconds": 0.0, "task_seconds": 0.0, "max_worker_peak_rss_mb": 0.0}
             continue
         tasks = phase.plan(stage, ctx)
         if len({t.key for t in tasks}) != len(tasks):
@@ -269,6 +269,8 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
             "wall_seconds": round(time.time() - phase_started, 3),
             "tasks_run": len(done),
             "max_task_seconds": round(max((t["seconds"] for t in task_stats), default=0.0), 3),
+            # Against wall x workers, what the phase lost outside its tasks: Ray's per-task cost and idle workers.
+            "task_seconds": round(sum(t["seconds"] for t in task_stats), 3),
             "max_worker_peak_rss_mb": round(max((t["peak_rss_mb"] for t in task_stats), default=0.0), 1),
         }
         records.update(done)
