@@ -5,7 +5,13 @@ The GPT-2 tokenizer from ../shared/data (the fast engine applies to it). In the 
 both stages' token files are checked equal to the bare loop's (`identical_ids`), and the two stages' token files
 byte-identical.
 
-    python benchmarks/tokenize_speed.py [--target-mb 200] [--dir bench]
+`encode_cpu` times the stage's per-shard function (its encode phase, in this process, no Ray) in CPU seconds, which
+other processes on the machine do not inflate as they do wall time, against a bare tiktoken `encode_ordinary` loop
+over the same shards. With `--old-src DIR` (the `src` of a checkout of the previous code, e.g. made with `git
+worktree add /tmp/old <commit>`), the same is timed with that code in a child process, old and new alternating,
+best of `--rounds`: `stage_encode_speed_vs_old_cpu`.
+
+    python benchmarks/tokenize_speed.py [--target-mb 200] [--dir bench] [--old-src DIR] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -44,12 +50,71 @@ def doc_digests(out: Path) -> dict[str, bytes]:
     return digests
 
 
+def encode_cpu(config_path: str) -> dict:
+    """CPU seconds of the tokenize stage's encode phase over the input shards of the run that `config_path` made
+    (tokenizer already saved), in this process; the files it writes are counted and dropped (a shard the stage
+    would link, as it does on a local disk, is neither written nor counted). And of a bare tiktoken
+    `encode_ordinary` loop over the same texts."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    import tokenmill
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.contract import Task, TaskContext
+    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.tokenize.fast_engine import tiktoken_encoding
+    from tokenmill.tokenize.tokenizer import load_tokenizer
+
+    class Discard:
+        fs = pafs.LocalFileSystem()
+        written = 0
+
+        def write(self, relpath, data) -> None:
+            self.written += len(data)
+
+        def link(self, relpath, source) -> bool:  # an unchanged input shard, linked as on the run's local disk
+            return True
+
+    config = load_config(config_path)
+    stages = build_stages(config)
+    names = [s.name for s in stages]
+    stage, previous = stages[names.index("tokenize")], names[names.index("tokenize") - 1]
+    out = Path(config.output_dir)
+    shards = json.loads((out / previous / "manifest.json").read_text())["content"]["shards"]
+    tok = load_tokenizer(str(out / "tokenize" / "tokenizer.json"), stage.config.eos_token)
+    encoding = tiktoken_encoding(tok)  # built once per worker process in the stage too: not timed
+    writer = Discard()
+    ctx = TaskContext(str(out / "tokenize"), str(out / previous), {"tokenizer": tok}, writer)
+    encode = stage.phases()[1]
+    tasks = [Task(key=s["path"].rsplit("/", 1)[-1].removesuffix(".parquet"), inputs=(s["path"],),
+                  params={"source": s["source"]}) for s in shards]
+    encode.run(stage, tasks[0], ctx)  # untimed: the imports and caches of a worker's first task
+    writer.written = 0
+    started = time.process_time()
+    for task in tasks:
+        encode.run(stage, task, ctx)
+    stage_cpu = time.process_time() - started
+    texts = [t for s in shards for t in pq.read_table(out / previous / s["path"], columns=["text"])
+             .column("text").to_pylist()]
+    started = time.process_time()
+    for text in texts:
+        encoding.encoding.encode_ordinary(text)
+    return {"tokenmill": tokenmill.__file__, "stage_cpu_seconds": round(stage_cpu, 3),
+            "bare_tiktoken_cpu_seconds": round(time.process_time() - started, 3), "bytes_written": writer.written}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target-mb", type=float, default=200)
     parser.add_argument("--dir", default="bench")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--old-src", help="the src folder of the previous code, for stage_encode_speed_vs_old_cpu")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the CPU timings; the best is kept")
+    parser.add_argument("--encode-cpu", metavar="CONFIG", help=argparse.SUPPRESS)  # the child process's job
     args = parser.parse_args()
+    if args.encode_cpu:
+        print(json.dumps(encode_cpu(args.encode_cpu)))
+        return 0
     tokenizer_json = SHARED / "tokenizer" / "gpt2_tokenizer.json"
     if not tokenizer_json.is_file():
         print(json.dumps({"skipped": f"no GPT-2 tokenizer at {tokenizer_json}"}))
@@ -108,6 +173,23 @@ def main() -> int:
         identical[engine] = bool(written) and all(reference.get(i) == d for i, d in written.items())
         runs[engine]["documents_checked"] = len(written)
     mb = sum(len(x.encode("utf-8")) for x in texts) / 1e6
+    import subprocess
+
+    def child(src: str | None) -> dict:
+        env = dict(os.environ)
+        if src:
+            env["PYTHONPATH"] = src
+        done = subprocess.run([sys.executable, __file__, "--encode-cpu", str(root / "auto.yaml")], env=env,
+                              check=True, capture_output=True, text=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cpu: dict[str, list[dict]] = {"new": [], "old": []}
+    for _ in range(args.rounds):  # alternating, so that both see the same machine
+        if args.old_src:
+            cpu["old"].append(child(args.old_src))
+        cpu["new"].append(child(None))
+    best = {k: min(v, key=lambda r: r["stage_cpu_seconds"]) for k, v in cpu.items() if v}
+    bare_cpu = min(r["bare_tiktoken_cpu_seconds"] for r in cpu["new"])
     result = {
         "benchmark": "tokenize_speed", "cpus": os.cpu_count(), "workers": args.workers, "docs": len(texts), "text_mb": round(mb, 1),
         "bare_encode_batch": {"seconds": round(bare_seconds, 2), "mb_per_s": round(mb / bare_seconds, 2)},
@@ -115,7 +197,13 @@ def main() -> int:
         "stage": runs,
         "identical_token_files": runs["auto"]["tokens_sha256"] == runs["tokenizers"]["tokens_sha256"],
         "identical_ids": identical,
-        "ratios": {"fast_engine_stage_vs_bare": round(runs["auto"]["mb_per_s"] / (mb / bare_seconds), 2),
+        "encode_cpu": {"text_mb": runs["auto"]["text_mb"], "bare_tiktoken_cpu_seconds": bare_cpu,
+                       **{k: {"stage_cpu_seconds": v["stage_cpu_seconds"], "bytes_written": v["bytes_written"],
+                              "tokenmill": v["tokenmill"]} for k, v in best.items()}},
+        "ratios": {"stage_encode_speed_vs_bare_tiktoken_cpu": round(bare_cpu / best["new"]["stage_cpu_seconds"], 2),
+                   **({"stage_encode_speed_vs_old_cpu": round(best["old"]["stage_cpu_seconds"]
+                                                              / best["new"]["stage_cpu_seconds"], 2)}
+                      if "old" in best else {}),"fast_engine_stage_vs_bare": round(runs["auto"]["mb_per_s"] / (mb / bare_seconds), 2),
                    "tokenizers_stage_vs_bare": round(runs["tokenizers"]["mb_per_s"] / (mb / bare_seconds), 2),
                    "tokenizers_stage_vs_bare_encode_batch_fast":
                        round(runs["tokenizers"]["mb_per_s"] / (mb / fast_seconds), 2)},

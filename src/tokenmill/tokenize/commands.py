@@ -22,7 +22,6 @@ def tokenizer_train(args: argparse.Namespace) -> int:
     """`tokenmill tokenizer train CONFIG`: only the tokenizer, from the tokenize stage's input, saved as a file."""
     from tokenmill.pipeline import storage
     from tokenmill.pipeline.config import load_config
-    from tokenmill.pipeline.documents import read_shard
     from tokenmill.pipeline.manifest import read_manifest
     from tokenmill.pipeline.registry import build_stages
 
@@ -37,8 +36,7 @@ def tokenizer_train(args: argparse.Namespace) -> int:
     manifest = read_manifest(fs, storage.join(root, previous))
     if manifest is None:
         raise TokenmillError(f"tokenizer train reads the output of {previous!r}, which has not completed: run it first")
-    tables = (read_shard(storage.join(root, previous, s["path"]), fs) for s in manifest["content"]["shards"])
-    tok = stage.make_tokenizer(tables)
+    tok = stage.make_tokenizer([storage.join(root, previous, s["path"]) for s in manifest["content"]["shards"]], fs)
     out = Path(args.out) if args.out else config.output_dir / tokens_json.TOKENIZER_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(tok.tokenizer.to_str(), encoding="utf-8")  # the bytes the stage writes

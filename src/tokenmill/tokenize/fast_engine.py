@@ -27,6 +27,7 @@ file is recorded in `tokens.json`; tests/tokenize/test_fast_engine.py checks ide
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -92,6 +93,26 @@ class FastEncoder:
                 ids = np.insert(ids, [pos for pos, _ in added], [i for _, i in added])
             out.append(ids)
         return out
+
+    def encode_flat(self, texts: Sequence[str], eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """`encode`'s ids of every text, each followed by `eos_id`, back to back in one array, and each document's
+        length (its end-of-text id included): one conversion per batch, not one array per document."""
+        if self.added_passes:
+            return _flat([np.concatenate([ids, np.array([eos_id], dtype=np.int64)]) for ids in self.encode(texts)])
+        ranks = [self.encoding.encode_ordinary(t) for t in texts]  # no thread pool: a Ray worker has one core
+        lengths = np.fromiter(map(len, ranks), dtype=np.int64, count=len(ranks))
+        flat = np.fromiter(itertools.chain.from_iterable(ranks), dtype=np.int64, count=int(lengths.sum()))
+        del ranks  # the Python ints take ~36 bytes a token; drop them before the array below
+        if self.id_of_rank is not None:
+            flat = self.id_of_rank[flat]
+        lengths += 1
+        out = np.empty(int(lengths.sum()), dtype=np.int64)
+        ends = np.cumsum(lengths) - 1
+        body = np.ones(out.size, dtype=bool)
+        body[ends] = False
+        out[body] = flat
+        out[ends] = eos_id
+        return out, lengths
 
     def _split(self, text: str) -> list[str | int]:
         parts: list[str | int] = [text]
@@ -202,6 +223,20 @@ def why_not_fast(tok: LoadedTokenizer) -> str:
     """Why `tiktoken_encoding(tok)` is None ("" when it is not)."""
     tiktoken_encoding(tok)
     return _CACHE[tok.sha256][1]
+
+
+def _flat(docs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+    return (np.concatenate(docs) if docs else np.empty(0, dtype=np.int64)), lengths
+
+
+def encode_flat(tok: LoadedTokenizer, encoder: Optional[FastEncoder],
+                texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, str]:
+    """`encode_checked` for a batch written as one: every document's ids and end-of-text id back to back, the length
+    of each, and the engine that made them."""
+    if encoder is None or not texts:
+        return (*tok.encode_flat(texts), "tokenizers")
+    return (*encoder.encode_flat(texts, tok.eos_id), "tiktoken")
 
 
 def encode_checked(tok: LoadedTokenizer, encoder: Optional[FastEncoder],

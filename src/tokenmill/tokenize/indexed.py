@@ -100,11 +100,22 @@ class IndexedWriter:
 
     def add_document(self, tokens) -> None:
         """Append one document as one sequence. Raises ValueError on ids the dtype cannot hold."""
-        if self._finalized:
-            raise ValueError("IndexedWriter already finalized")
         arr = np.asarray(tokens)
         if arr.ndim != 1:
             raise ValueError(f"a document must be a 1-D token array, got shape {arr.shape}")
+        self.add_documents(arr, [arr.size])
+
+    def add_documents(self, tokens, lengths) -> None:
+        """Append several documents at once: ``tokens`` back to back, ``lengths`` tokens each (one range check and
+        one write for a whole batch, not one per document). Raises ValueError on ids the dtype cannot hold."""
+        if self._finalized:
+            raise ValueError("IndexedWriter already finalized")
+        arr = np.asarray(tokens)
+        lens = np.asarray(lengths, dtype=np.int64)
+        if arr.ndim != 1 or lens.ndim != 1:
+            raise ValueError(f"documents must be a 1-D token array and 1-D lengths, got shapes {arr.shape}, {lens.shape}")
+        if int(lens.sum()) != arr.size or (lens.size and int(lens.min()) < 0):
+            raise ValueError(f"lengths {lens.tolist()[:8]}... do not split {arr.size} tokens")
         if arr.size and self.dtype.kind in "iu":
             if arr.dtype.kind not in "iub":
                 raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
@@ -114,18 +125,18 @@ class IndexedWriter:
                 raise ValueError(
                     f"token ids [{lo}, {hi}] do not fit {self.dtype.name} [{info.min}, {info.max}]"
                 )
-        if arr.size > np.iinfo(np.int32).max:
-            raise ValueError(f"document of {arr.size} tokens exceeds the int32 sequence length")
-        self._bin.write(np.ascontiguousarray(arr, dtype=self.dtype).tobytes())
-        self._lengths.append(int(arr.size))
+        if lens.size and int(lens.max()) > np.iinfo(np.int32).max:
+            raise ValueError(f"document of {int(lens.max())} tokens exceeds the int32 sequence length")
+        self._bin.write(np.ascontiguousarray(arr, dtype=self.dtype).data)
+        self._lengths.extend(lens.tolist())
 
-    def finalize(self) -> tuple[bytes, bytes]:
-        """Return ``(bin_bytes, idx_bytes)``; the writer cannot be used afterwards."""
+    def finalize(self) -> tuple[memoryview, bytes]:
+        """Return ``(bin_bytes, idx_bytes)``; the writer cannot be used afterwards. ``bin_bytes`` is a read-only
+        view of the stream's buffer, not a copy: a shard's tokens are held once, not twice, while they are written."""
         if self._finalized:
             raise ValueError("IndexedWriter already finalized")
         self._finalized = True
-        bin_bytes = self._bin.getvalue()
-        self._bin = io.BytesIO()
+        bin_bytes = self._bin.getbuffer().toreadonly()
         idx_bytes = build_index(self.dtype, self._lengths)
         return bin_bytes, idx_bytes
 

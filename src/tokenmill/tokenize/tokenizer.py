@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -29,17 +30,25 @@ class LoadedTokenizer:
     sha256: str
     """Of the tokenizer's JSON: what the token files were made with."""
 
-    def __setstate__(self, state: dict) -> None:
-        # `encode_special_tokens` is not part of a Tokenizer's serialized form: a pickled copy (a Ray worker's)
-        # would lose it and turn `<|endoftext|>` in a document into a document boundary. Set it again.
-        object.__setattr__(self, "__dict__", state)
-        self.text_encoder.encode_special_tokens = True
+    def __reduce__(self):
+        # A Ray worker receives the tokenizer with every task; unpickled, it is rebuilt once per process (GPT-2's
+        # two Tokenizers take ~0.25 s to build), and `encode_special_tokens`, which a Tokenizer's serialized form
+        # lacks, is set again (else `<|endoftext|>` written in a document would become a document boundary).
+        return _restore, (self.tokenizer.to_str(), self.eos_id, self.vocab_size, self.sha256)
 
     def encode_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each document followed by the end-of-text id (no BOS or other post-processing)."""
         encodings = self.text_encoder.encode_batch_fast(list(texts), add_special_tokens=False)
         eos = np.array([self.eos_id], dtype=np.int64)
         return [np.concatenate([np.asarray(e.ids, dtype=np.int64), eos]) for e in encodings]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_documents` back to back in one array, and each document's length (its end-of-text id included)."""
+        ids = [e.ids for e in self.text_encoder.encode_batch_fast(list(texts), add_special_tokens=False)]
+        for doc in ids:
+            doc.append(self.eos_id)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
@@ -48,6 +57,17 @@ class LoadedTokenizer:
         """Documents that contain the text of a special token (counted in the manifest)."""
         specials = [t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special]
         return sum(any(s in text for s in specials) for text in texts)
+
+
+_RESTORED: dict[str, LoadedTokenizer] = {}
+
+
+def _restore(data: str, eos_id: int, vocab_size: int, sha256: str) -> LoadedTokenizer:
+    if sha256 not in _RESTORED:
+        text_encoder = Tokenizer.from_str(data)
+        text_encoder.encode_special_tokens = True
+        _RESTORED[sha256] = LoadedTokenizer(Tokenizer.from_str(data), text_encoder, eos_id, vocab_size, sha256)
+    return _RESTORED[sha256]
 
 
 def _loaded(tokenizer: Tokenizer, eos_token: str) -> LoadedTokenizer:

@@ -7,8 +7,9 @@ import hashlib
 import heapq
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
@@ -20,7 +21,7 @@ from tokenmill.pipeline.stats import NO_SUBSET
 from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import shard_tasks, split_and_write
 from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTokenizer
-from tokenmill.tokenize.fast_engine import encode_checked, tiktoken_encoding
+from tokenmill.tokenize.fast_engine import encode_flat, tiktoken_encoding
 from tokenmill.tokenize import hf_files, tokens_json
 from tokenmill.tokenize.indexed import IndexedWriter, dtype_for_vocab, parse_index
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
@@ -34,17 +35,67 @@ def _key(seed: int, doc_id: str) -> int:
     return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=(seed ^ 0x70C3) & 0xFFFFFFFFFFFFFFFF)
 
 
-def training_sample(tables, seed: int, n: int) -> list[str]:
-    """The n documents with the smallest keyed hash of their id: the same sample whatever the sharding."""
-    heap: list[tuple[int, str, str]] = []
-    for table in tables:
-        for doc_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
-            item = (-_key(seed, doc_id), doc_id, text)
+def training_sample(paths: Sequence[str], fs, seed: int, n: int) -> list[str]:
+    """The n documents with the smallest keyed hash of their id: the same sample whatever the sharding.
+
+    This phase is one task, the stage's serial part, so the input's text is not read whole: the heap runs over the
+    ids of every shard (`paths`, Parquet on `fs`) and holds where each text lies; a text is read only to break a
+    tie of equal ids, and at the end for the n chosen. The heap sees the same items in the same order as it did
+    with the texts in hand, so the sample and its order (a tie keeps the heap's order) are what they were."""
+    heap: list[tuple[int, str, _Text]] = []
+    for path in paths:
+        ids = pq.read_table(path, columns=["id"], filesystem=fs).column("id").to_pylist()
+        for row, doc_id in enumerate(ids):
+            key = -_key(seed, doc_id)
             if len(heap) < n:
-                heapq.heappush(heap, item)
-            elif item > heap[0]:
-                heapq.heapreplace(heap, item)
-    return [text for _, _, text in sorted(heap, key=lambda x: (-x[0], x[1]))]
+                heapq.heappush(heap, (key, doc_id, _Text(path, fs, row)))
+            elif (key, doc_id) >= heap[0][:2]:
+                item = (key, doc_id, _Text(path, fs, row))
+                if item > heap[0]:
+                    heapq.heapreplace(heap, item)
+    chosen = sorted(heap, key=lambda x: (-x[0], x[1]))
+    texts: dict[tuple[str, int], str] = {}
+    for path in dict.fromkeys(t.path for _, _, t in chosen):
+        rows = np.array(sorted(t.row for _, _, t in chosen if t.path == path))
+        texts.update(((path, int(r)), text) for r, text in zip(rows, _read_texts(path, fs, rows)))
+    return [texts[t.path, t.row] for _, _, t in chosen]
+
+
+class _Text:
+    """Where a document's text lies; compared by the text itself, read only when a comparison needs it."""
+
+    __slots__ = ("path", "fs", "row")
+
+    def __init__(self, path: str, fs, row: int):
+        self.path, self.fs, self.row = path, fs, row
+
+    def value(self) -> str:
+        return next(iter(_read_texts(self.path, self.fs, np.array([self.row]))))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Text) and self.value() == other.value()
+
+    def __lt__(self, other: "_Text") -> bool:
+        return self.value() < other.value()
+
+    def __gt__(self, other: "_Text") -> bool:
+        return self.value() > other.value()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _read_texts(path: str, fs, rows: np.ndarray) -> list[str]:
+    """The text of the given rows (ascending) of a Parquet shard, reading only the row groups that hold them."""
+    file = pq.ParquetFile(path, filesystem=fs)
+    sizes = np.array([file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    group_of = np.searchsorted(starts, rows, side="right") - 1
+    groups = np.unique(group_of)
+    table = file.read_row_groups(groups.tolist(), columns=["text"])
+    # Row r of the shard, in group g, is row r - starts[g] + (rows of the chosen groups before g) of `table`.
+    before = np.zeros(len(sizes), dtype=np.int64)
+    before[groups] = np.cumsum(sizes[groups]) - sizes[groups]
+    return table.column("text").take(pa.array(rows - starts[group_of] + before[group_of])).to_pylist()
 
 
 class PrepareTokenizer(Phase):
@@ -56,8 +107,7 @@ class PrepareTokenizer(Phase):
         return [Task(key="tokenizer", params={"shards": [s["path"] for s in ctx.input_shards]})]
 
     def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
-        tables = (read_shard(storage.join(ctx.input_dir, path), ctx.fs) for path in task.params["shards"])
-        tok = stage.make_tokenizer(tables)
+        tok = stage.make_tokenizer([storage.join(ctx.input_dir, path) for path in task.params["shards"]], ctx.fs)
         data = tok.tokenizer.to_str().encode("utf-8")
         ctx.write(tokens_json.TOKENIZER_FILE, data)
         for name, content in hf_files.transformers_files(stage.config.eos_token).items():
@@ -87,58 +137,93 @@ class Encode(Phase):
         cfg: TokenizeConfig = stage.config
         tok: LoadedTokenizer = ctx.shared["tokenizer"]
         table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
-        ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
-        sources, subsets = table.column("source").to_pylist(), table.column("subset").to_pylist()
         threshold = int(cfg.valid_fraction * 2**64)
-        split_of = ["valid" if _key(stage.run.seed, i) < threshold else "train" for i in ids]
-        dtype = dtype_for_vocab(tok.vocab_size)
-        files: dict[str, list[dict]] = {s: [] for s in SPLITS}
-        writers: dict[str, tuple[IndexedWriter, dict[str, list]]] = {}
-        in_file = {s: 0 for s in SPLITS}  # tokens in the split's open file (IndexedWriter.num_tokens sums a list)
-        tokens = {s: 0 for s in SPLITS}
-        docs = {s: 0 for s in SPLITS}
-
-        def flush(split: str) -> None:
-            writer, side = writers.pop(split)
-            stem = f"{split}/{task.key}.{len(files[split]):04d}"
-            bin_bytes, idx_bytes = writer.finalize()
-            ctx.write(f"{stem}.bin", bin_bytes)
-            ctx.write(f"{stem}.idx", idx_bytes)
-            ctx.write(f"{stem}.docs.parquet", parquet_bytes(pa.table(side, schema=pa.schema(
-                [("id", pa.string()), ("source", pa.string()), ("subset", pa.string()), ("tokens", pa.int64())]))))
-            files[split].append({"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens})
-            ctx.write(f"{stem}.engine", ("+".join(sorted(engines)) or "tokenizers").encode())
-
-        encoding = tiktoken_encoding(tok) if cfg.engine == "auto" else None  # built once per worker process
-        engines = set()
-        for start in range(0, len(texts), cfg.batch_docs):
-            encoded, engine = encode_checked(tok, encoding, texts[start:start + cfg.batch_docs])
+        valid = np.fromiter((_key(stage.run.seed, i) < threshold for i in table.column("id").to_pylist()),
+                            dtype=bool, count=table.num_rows)
+        engines: set[str] = set()
+        out = {s: _SplitFiles(s, task.key, dtype_for_vocab(tok.vocab_size), cfg.max_tokens_per_file, table, engines,
+                              ctx) for s in SPLITS}
+        encoder = tiktoken_encoding(tok) if cfg.engine == "auto" else None  # built once per worker process
+        special_docs = 0
+        texts_column = table.column("text")
+        # A batch's texts are Python strings only while it encodes: the shard's text stays in Arrow.
+        for start in range(0, table.num_rows, cfg.batch_docs):
+            texts = texts_column.slice(start, cfg.batch_docs).to_pylist()
+            special_docs += tok.count_special_strings(texts)
+            tokens, lengths, engine = encode_flat(tok, encoder, texts)
+            del texts
             engines.add(engine)
-            for j, doc_tokens in enumerate(encoded):
-                i = start + j
-                split = split_of[i]
-                if split not in writers:
-                    writers[split] = (IndexedWriter(dtype), {"id": [], "source": [], "subset": [], "tokens": []})
-                writer, side = writers[split]
-                writer.add_document(doc_tokens.astype(dtype))
-                for name, value in (("id", ids[i]), ("source", sources[i]), ("subset", subsets[i]),
-                                    ("tokens", len(doc_tokens))):
-                    side[name].append(value)
-                tokens[split] += len(doc_tokens)
-                docs[split] += 1
-                in_file[split] += len(doc_tokens)
-                if in_file[split] >= cfg.max_tokens_per_file:
-                    flush(split)
-                    in_file[split] = 0
-        for split in list(writers):
-            flush(split)
-        stats = {"tokens": tokens, "documents": docs, "special_token_text_docs": tok.count_special_strings(texts)}
+            is_valid = valid[start:start + len(lengths)]
+            for split, mask in (("train", ~is_valid), ("valid", is_valid)):
+                rows = np.flatnonzero(mask)
+                if rows.size:
+                    out[split].add(rows + start, lengths[rows],
+                                   tokens if rows.size == len(lengths) else tokens[np.repeat(mask, lengths)])
+        for split in SPLITS:
+            out[split].flush()
+        stats = {"tokens": {s: out[s].tokens for s in SPLITS}, "documents": {s: out[s].documents for s in SPLITS},
+                 "special_token_text_docs": special_docs}
         entry = split_and_write(stage, ctx, task.key, task.params["source"], table,
                                 pa.nulls(table.num_rows, pa.string()), stats)
         entry["input"] = task.inputs[0]
-        entry["token_files"] = files
+        entry["token_files"] = {s: out[s].files for s in SPLITS}
         entry["engine"] = "+".join(sorted(engines)) or "tokenizers"
         return ShardsResult([entry])
+
+
+SIDE_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("subset", pa.string()), ("tokens", pa.int64())])
+"""`.docs.parquet`: which document each sequence of a token file is, for attribution (row i is sequence i)."""
+
+
+class _SplitFiles:
+    """One split's token files of one shard: documents arrive a batch at a time; a file is closed (written) after
+    the document that brings it to `max_tokens` tokens."""
+
+    def __init__(self, split: str, key: str, dtype, max_tokens: int, table: pa.Table, engines: set, ctx: TaskContext):
+        self.split, self.key, self.dtype, self.max_tokens = split, key, dtype, max_tokens
+        self.table, self.engines, self.ctx = table, engines, ctx
+        self.files: list[dict] = []
+        self.tokens = self.documents = 0
+        self._writer: IndexedWriter | None = None
+        self._rows: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self._in_file = 0
+
+    def add(self, rows: np.ndarray, lengths: np.ndarray, tokens: np.ndarray) -> None:
+        """Documents at `rows` of the shard, `lengths` tokens each, `tokens` back to back."""
+        self.tokens += int(lengths.sum())
+        self.documents += len(rows)
+        while len(rows):
+            ends = np.cumsum(lengths)
+            k = int(np.searchsorted(ends, self.max_tokens - self._in_file))  # the document that fills the file
+            take = min(k + 1, len(rows))
+            if self._writer is None:
+                self._writer = IndexedWriter(self.dtype)
+            self._writer.add_documents(tokens[:ends[take - 1]], lengths[:take])
+            self._rows.append(rows[:take])
+            self._lengths.append(lengths[:take])
+            self._in_file += int(ends[take - 1])
+            if self._in_file >= self.max_tokens:
+                self.flush()
+            rows, lengths, tokens = rows[take:], lengths[take:], tokens[ends[take - 1]:]
+
+    def flush(self) -> None:
+        """Write the open file, if any: `.bin`, `.idx`, `.docs.parquet` and `.engine`."""
+        if self._writer is None:
+            return
+        writer, self._writer = self._writer, None
+        stem = f"{self.split}/{self.key}.{len(self.files):04d}"
+        bin_bytes, idx_bytes = writer.finalize()
+        self.ctx.write(f"{stem}.bin", bin_bytes)
+        del bin_bytes
+        self.ctx.write(f"{stem}.idx", idx_bytes)
+        rows = pa.array(np.concatenate(self._rows))
+        side = [self.table.column(c).take(rows).combine_chunks() for c in ("id", "source", "subset")]
+        side.append(pa.array(np.concatenate(self._lengths), pa.int64()))
+        self.ctx.write(f"{stem}.docs.parquet", parquet_bytes(pa.table(side, schema=SIDE_SCHEMA)))
+        self.files.append({"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens})
+        self.ctx.write(f"{stem}.engine", ("+".join(sorted(self.engines)) or "tokenizers").encode())
+        self._rows, self._lengths, self._in_file = [], [], 0
 
 
 class WriteIndex(Phase):
@@ -162,16 +247,19 @@ class WriteIndex(Phase):
                 if len(data[".bin"]) != index_file.num_tokens * index_file.dtype.itemsize:
                     raise ValueError(f"{prefix}.bin: {len(data['.bin'])} bytes, but its .idx describes "
                                      f"{index_file.num_tokens * index_file.dtype.itemsize}")
-                side = pq.read_table(pa.BufferReader(data[".docs.parquet"])).to_pylist()
+                side = pq.read_table(pa.BufferReader(data[".docs.parquet"]), columns=["source", "subset", "tokens"])
                 rel = prefix[len(ctx.stage_dir) + 1:]
                 per_source: dict[str, dict[str, Any]] = {}
-                for row in side:
+                # One row per (source, subset), not per document: a file holds up to millions of documents.
+                groups = side.group_by(["source", "subset"], use_threads=False).aggregate(
+                    [("tokens", "count"), ("tokens", "sum")]).to_pylist()
+                for row in groups:
                     s = per_source.setdefault(row["source"], {"documents": 0, "tokens": 0, "subsets": {}})
-                    sub = s["subsets"].setdefault(row["subset"] if row["subset"] is not None else NO_SUBSET,
-                                                  {"documents": 0, "tokens": 0})
+                    subset = row["subset"] if row["subset"] is not None else NO_SUBSET
+                    sub = s["subsets"].setdefault(subset, {"documents": 0, "tokens": 0})
                     for tally in (s, sub):
-                        tally["documents"] += 1
-                        tally["tokens"] += row["tokens"]
+                        tally["documents"] += row["tokens_count"]
+                        tally["tokens"] += row["tokens_sum"]
                 entries.append({
                     "prefix": rel, "documents": len(index_file.sequence_lengths), "tokens": index_file.num_tokens,
                     "by_source": per_source,
@@ -198,11 +286,11 @@ class TokenizeStage(Stage):
 
     config: TokenizeConfig
 
-    def make_tokenizer(self, tables) -> LoadedTokenizer:
-        """The configured tokenizer; a trained one sees only `tables` (the input shards, read lazily)."""
+    def make_tokenizer(self, shards: Sequence[str], fs=None) -> LoadedTokenizer:
+        """The configured tokenizer; a trained one sees only `shards` (the input shards' paths on `fs`)."""
         spec, eos = self.config.tokenizer, self.config.eos_token
         if isinstance(spec, TrainTokenizer):
-            return train_bpe(training_sample(tables, self.run.seed, spec.train.sample_docs), spec.train.vocab_size, eos)
+            return train_bpe(training_sample(shards, fs, self.run.seed, spec.train.sample_docs), spec.train.vocab_size, eos)
         if isinstance(spec, Gpt2Files):
             return load_gpt2_files(self.resolve(spec.encoder), self.resolve(spec.merges), eos)
         return load_tokenizer(self.resolve(spec), eos)
