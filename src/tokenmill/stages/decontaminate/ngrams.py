@@ -18,6 +18,10 @@ sentence punctuation, brackets, quotes), so the field matches only as the same r
 segment of its own, never inside a longer word or as a phrase inside a sentence. A field under `min_whole_words`
 tokens or `min_whole_bytes` bytes of normalised text (a 1-word TriviaQA answer, an ARC choice like "the atom") says
 nothing about an item on its own: it is not indexed, and counted as too short to check in the set's `SetCoverage`.
+
+Documents are matched a batch at a time (`find_matches_batch`, the stage's way; `find_matches` is a batch of one):
+tokens come from per-code-point tables and array operations over the batch's text rather than a regex per
+document, with the same tokens, hashes and matches (`tokenize_batch`).
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-
+import pyarrow as pa
 import xxhash
 
 from tokenmill.dedup.polyhash import fmix64 as _fmix64
 from tokenmill.dedup.polyhash import powers as _powers
+from tokenmill.stages.decontaminate.codepoints import char_table, code_points, utf8_sizes
 
 CHAR_LANGS = frozenset({"zh", "ja"})  # languages tokenised by characters
 
@@ -414,6 +419,82 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
                      char_lengths={k: tuple(sorted(v)) for k, v in lengths[True].items()}, coverage=coverage)
 
 
+@dataclass
+class TokenBatch:
+    """The tokens of several texts at once (what `tokenize` gives each, hashed as `token_hashes` does), as arrays.
+
+    Tokens are numbered across the texts: those of text i are offsets[i]:offsets[i + 1]; starts and ends are
+    character offsets in their own text. cuts[g] (when asked for) says whether gap g, the non-word text before token
+    g (gap len(tokens): after the last), holds a segment boundary (_BOUNDARY) or is a text's start or end.
+    """
+
+    starts: np.ndarray   # int64
+    ends: np.ndarray     # int64
+    offsets: np.ndarray  # int64, len(texts) + 1
+    hashes: np.ndarray   # uint64
+    cuts: np.ndarray | None = None
+
+    def limits(self) -> np.ndarray:
+        """Per token, the end (exclusive) of its text's tokens: a window from token s may reach limits[s]."""
+        return np.repeat(self.offsets[1:], np.diff(self.offsets))
+
+
+def tokenize_batch(texts: list[str], chars: bool, *, cuts: bool = False) -> TokenBatch:
+    """`tokenize` (char_tokens if `chars`, else normalize_tokens) of every text, with array operations over the
+    texts' code points instead of a regex pass and a Python string per token: only each distinct token is lowercased
+    and hashed. The same tokens, spans and hashes: the token table is the regex's own, and a token lowercased alone
+    is what it is within the tokens joined by spaces (the one context rule of str.lower, final sigma, stops at a
+    space)."""
+    joined = "\n".join(texts)  # "\n" is no token character: no token spans two texts
+    cps = code_points(joined)
+    is_token = char_table(_CHAR_RE)[cps]
+    text_starts = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1, out=text_starts[1:])
+    if chars:
+        starts = np.flatnonzero(is_token)
+        ends = starts + 1
+    else:
+        edges = np.diff(is_token.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    offsets = np.searchsorted(starts, text_starts).astype(np.int64)
+    hashes = _batch_hashes(joined, cps, is_token, starts, ends, chars)
+    cut = None
+    if cuts:
+        cut = np.zeros(len(starts) + 1, dtype=bool)
+        # A boundary character at p lies in the gap before the first token starting after it.
+        cut[np.searchsorted(starts, np.flatnonzero(char_table(_BOUNDARY)[cps]))] = True
+        cut[offsets] = True
+    text_of = np.repeat(text_starts[:-1], np.diff(offsets))
+    return TokenBatch(starts=starts - text_of, ends=ends - text_of, offsets=offsets, hashes=hashes, cuts=cut)
+
+
+def _batch_hashes(joined: str, cps: np.ndarray, is_token: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  chars: bool) -> np.ndarray:
+    """token_hashes of the lowercased tokens [starts, ends) of `joined`: each distinct token hashed once."""
+    lookup = _TOKEN_HASHES.__getitem__
+    if len(starts) == 0:
+        return np.empty(0, dtype=_U64)
+    if chars:
+        distinct, index = np.unique(cps[starts], return_inverse=True)
+        return np.fromiter((lookup(chr(c).lower()) for c in distinct.tolist()), dtype=_U64,
+                           count=len(distinct))[index]
+    # The tokens' UTF-8 bytes back to back, as an Arrow binary array: Arrow finds the distinct ones in C.
+    sizes = utf8_sizes(cps)
+    data = np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8)[np.repeat(is_token, sizes)]
+    byte_at = np.zeros(len(cps) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=byte_at[1:])
+    bounds = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(byte_at[ends] - byte_at[starts], out=bounds[1:])
+    tokens = pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+    encoded = tokens.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    return np.fromiter((lookup(t.decode("utf-8", "surrogatepass").lower()) for t in distinct), dtype=_U64,
+                       count=len(distinct))[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+_BATCH_CHARS = 1 << 22  # characters tokenised at once: about 150 MB at the peak (tracemalloc, English text)
+
+
 def find_matches(text: str, language: str | None, index: EvalIndex) -> list[tuple[int, int, int]]:
     """Every occurrence in `text` of an indexed hash: (start_char, end_char, hash), by start then end.
 
@@ -426,69 +507,80 @@ def find_matches(text: str, language: str | None, index: EvalIndex) -> list[tupl
     token and the next, must each hold a segment boundary (`_BOUNDARY`) or be the start or end of `text`, so a short
     field never matches inside a longer phrase of a sentence; the document is hashed only between boundaries.
     """
-    chars = uses_chars(language)
+    return find_matches_batch([text], [language], index)[0]
+
+
+def find_matches_batch(texts: list[str], languages: list[str | None], index: EvalIndex
+                       ) -> list[list[tuple[int, int, int]]]:
+    """find_matches of each text (in its language), hashing and looking up the texts' tokens together, a few
+    million characters at a time: per-document work is then a handful of array operations, not dozens."""
+    out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
+    kinds = {lang: uses_chars(lang) for lang in set(languages)}
+    for chars in (False, True):
+        lengths = index.char_lengths if chars else index.word_lengths
+        if not lengths["ngram"] and not lengths["whole"]:
+            continue
+        docs = [i for i, lang in enumerate(languages) if kinds[lang] == chars]
+        start = 0
+        while start < len(docs):
+            stop, size = start, 0
+            while stop < len(docs) and (size < _BATCH_CHARS or stop == start):
+                size += len(texts[docs[stop]])
+                stop += 1
+            chunk = docs[start:stop]
+            batch = tokenize_batch([texts[i] for i in chunk], chars, cuts=bool(lengths["whole"]))
+            for j, start_char, end_char, h in _batch_matches(batch, index, chars):
+                out[chunk[j]].append((start_char, end_char, h))
+            start = stop
+    return out
+
+
+def _batch_matches(batch: TokenBatch, index: EvalIndex, chars: bool) -> list[tuple[int, int, int, int]]:
+    """(text, start_char, end_char, hash) of every indexed window of the batch's texts, by text, start, end, and an
+    n-gram before a whole-field match of the same span (the order find_matches promises)."""
     lengths = index.char_lengths if chars else index.word_lengths
     ngram_lengths, whole_lengths = lengths["ngram"], lengths["whole"]
-    if not ngram_lengths and not whole_lengths:
-        return []
-    pattern = _CHAR_RE if chars else _TOKEN_RE
-    if whole_lengths:  # the text between tokens too: [gap, token, gap, ..., token, gap]
-        parts = (_CHAR_SPLIT if chars else _TOKEN_SPLIT).split(text)
-        raw = parts[1::2]
-    else:
-        raw = pattern.findall(text)
-    if chars:
-        tokens = [c.lower() for c in raw]
-    else:
-        # str.lower never yields a space, so one lower() of the joined tokens splits back token for token.
-        tokens = " ".join(raw).lower().split(" ") if raw else []
-    t = len(tokens)
-    if t < min(ngram_lengths[:1] + whole_lengths[:1]):
-        return []
-    prefix, inv_pow = _prefix(token_hashes(tokens))
-    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (start tokens, lengths, hashes) found
+    t = len(batch.hashes)
+    limit = batch.limits()
+    prefix, inv_pow = _prefix(batch.hashes)
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (start tokens, lengths, hashes), in rule order
     if ngram_lengths and t >= ngram_lengths[0]:
         a = ngram_lengths[0]
         first = _windows(prefix, inv_pow, a)
         if len(ngram_lengths) == 1:
             hit = index.lookup(first)
+            hit = hit[hit + a <= limit[hit]]  # windows across two texts are no window of either
             found.append((hit, np.full(len(hit), a), first[hit]))
         else:
             # Every indexed n-gram's first a tokens are in the anchor filter (the a-grams themselves too): one pass
-            # over the document, then the exact lookups only where an indexed n-gram may start.
+            # over the texts, then the exact lookups only where an indexed n-gram may start.
             maybe = index.anchors["characters" if chars else "words"][1].maybe(first)
+            maybe = maybe[maybe + a <= limit[maybe]]
             hit = index.lookup(first[maybe])
             found.append((maybe[hit], np.full(len(hit), a), first[maybe[hit]]))
-            found.append(_lookup_at(index, prefix, inv_pow, maybe, np.array(ngram_lengths[1:]), t, 0))
+            found.append(_lookup_at(index, prefix, inv_pow, maybe, np.array(ngram_lengths[1:]), limit, 0))
     if whole_lengths:
-        # Gap g lies before token g (gap t after the last token); a boundary gap may start or end a segment.
-        # The gap of a boundary character at p is the number of tokens that start before p (C-level passes only).
-        ends = np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))
-        token_starts = ends[0::2][:t]  # parts[2g + 1] (token g) starts where parts[2g] ends
-        is_cut = np.zeros(t + 1, dtype=bool)
-        is_cut[[0, t]] = True
-        marks = [m.start() for m in _BOUNDARY.finditer(text)]
-        if marks:
-            is_cut[np.searchsorted(token_starts, np.array(marks, dtype=np.int64))] = True
-        found.append(_lookup_at(index, prefix, inv_pow, np.flatnonzero(is_cut[:t]), np.array(whole_lengths), t,
-                                _WHOLE_MIX, is_cut))
-    found = [f for f in found if len(f[0])]
-    if not found:
+        found.append(_lookup_at(index, prefix, inv_pow, np.flatnonzero(batch.cuts[:t]), np.array(whole_lengths),
+                                limit, _WHOLE_MIX, batch.cuts))
+    rule = np.concatenate([np.full(len(f[0]), r, dtype=np.int8) for r, f in enumerate(found)] or [np.empty(0, np.int8)])
+    if len(rule) == 0:
         return []
-    spans = [m.span() for m in pattern.finditer(text)]
-    out = [(spans[i][0], spans[i + n - 1][1], h) for starts, ns, hs in found
-           for i, n, h in zip(starts.tolist(), ns.tolist(), hs.tolist())]
-    out.sort(key=lambda m: (m[0], m[1]))
-    return out
+    s = np.concatenate([f[0] for f in found]).astype(np.int64)
+    e = s + np.concatenate([f[1] for f in found]).astype(np.int64)
+    h = np.concatenate([f[2] for f in found])
+    order = np.lexsort((rule, e, s))  # token order is text then character order within a text
+    s, e, h = s[order], e[order], h[order]
+    text = np.searchsorted(batch.offsets, s, side="right") - 1
+    return list(zip(text.tolist(), batch.starts[s].tolist(), batch.ends[e - 1].tolist(), h.tolist()))
 
 
 def _lookup_at(index: EvalIndex, prefix: np.ndarray, inv_pow: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-               t: int, mix, ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The windows starting at `starts` of each of `lengths` (that fit in t tokens, and end where `ends` is True if
+               limit: np.ndarray, mix, ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The windows starting at `starts` of each of `lengths` (that end by limit[start], and where `ends` is True if
     given), hashed XOR `mix` and looked up at once: (starts, lengths, hashes) of those in the index."""
     s = np.repeat(starts, len(lengths))
     n = np.tile(lengths, len(starts))
-    keep = s + n <= t
+    keep = s + n <= limit[s]
     s, n = s[keep], n[keep]
     if ends is not None:
         keep = ends[s + n]

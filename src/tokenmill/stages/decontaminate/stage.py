@@ -22,7 +22,7 @@ from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_writ
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.decontaminate.evalsets import load_evalset
 from tokenmill.stages.decontaminate.excise import excise
-from tokenmill.stages.decontaminate.ngrams import EvalIndex, build_index, find_matches
+from tokenmill.stages.decontaminate.ngrams import EvalIndex, build_index, find_matches_batch
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +68,12 @@ class BuildIndex(DriverPhase):
         return {"index": index, "summary": summary}
 
 
-def _doc_matches(table: pa.Table, index: EvalIndex, ignore: frozenset = frozenset()):
+def _doc_matches(table: pa.Table, index: EvalIndex, ignore: frozenset = frozenset()) -> list[list[tuple[int, int, int]]]:
     """Per document, the matches (start, end, hash) of indexed n-grams not in `ignore`."""
     texts = table.column("text").to_pylist()
-    langs = table.column("lang").to_pylist()
-    for text, lang in zip(texts, langs):
-        yield [m for m in find_matches(text, "zh" if lang in CJK else (lang or "en"), index) if m[2] not in ignore]
+    langs = ["zh" if lang in CJK else (lang or "en") for lang in table.column("lang").to_pylist()]
+    return [[m for m in matches if m[2] not in ignore] if ignore and matches else matches
+            for matches in find_matches_batch(texts, langs, index)]
 
 
 class CountNgrams(Phase):
