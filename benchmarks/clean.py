@@ -1,12 +1,20 @@
-"""Benchmark the whole clean stage against datatrove running the same quality filters, on >= 200 MB; prints JSON.
+"""Benchmark the whole clean stage: on the scale run's corpus mix (and against an older checkout), and against
+datatrove running the same quality filters; prints JSON.
 
-tokenmill: every step of `CleanStage.process` (escape checks and repair, ftfy/NFC/whitespace/width normalization,
-PII, fastText language id, Gopher quality + repetition + C4) over Arrow tables of 5,000 documents, in this one
-process. datatrove: its own `LocalPipelineExecutor` (1 task, 1 worker) with the same three filters at the same
-thresholds (see benchmarks/clean_filters.py for how; spaCy is not installed, so datatrove gets tokenmill's regex
-tokenizer and runs at its fastest). Both read the same JSON-lines files. MB/s per core = text MB / CPU seconds.
+1. `scale_mix`: the figure the scale run (`benchmarks/scale.py`) sees for clean. The demo generator's mix of nine
+   sources (`write_demo_corpus`, `--mix-mb` of text; default a quarter of `--target-mb`) goes through ingest and
+   sample on Ray once (20,000-document shards, as the scale run); then the clean stage's map task (read the shard,
+   `CleanStage.process`, split and encode kept and dropped rows as Parquet, in memory) runs over every shard in a
+   fresh process, without Ray. MB/s per core = text MB in / CPU seconds. With `--baseline-src DIR` (the `src/` of
+   another checkout, e.g. a `git worktree` of the previous commit) the same measurement runs with that code too,
+   alternating with this checkout's, best of `--rounds` each: `ratio_stage_vs_baseline`.
+2. tokenmill vs datatrove: every step of `CleanStage.process` (escape checks and repair, ftfy/NFC/whitespace/width
+   normalization, PII, fastText language id, Gopher quality + repetition + C4) over Arrow tables of 5,000 generated
+   English documents, in this one process; datatrove: its own `LocalPipelineExecutor` (1 task, 1 worker) with the
+   same three filters at the same thresholds (see benchmarks/clean_filters.py for how; spaCy is not installed, so
+   datatrove gets tokenmill's regex tokenizer and runs at its fastest). Both read the same JSON-lines files.
 
-    python benchmarks/clean.py [--target-mb 200] [--dir bench]
+    python benchmarks/clean.py [--target-mb 200] [--mix-mb MB] [--baseline-src DIR] [--rounds 3] [--dir bench]
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,11 +64,115 @@ def run_stage(files: list[Path]) -> tuple[dict, list[str], list]:
             "mb_per_s_per_core_with_reading": round(mb / (cpu + read_cpu), 2)}, ids, reasons
 
 
+def mix_shards(folder: Path, mb: float) -> Path:
+    """The demo generator's mix through ingest and sample, once (kept under `folder`); the sample shards' folder."""
+    import ray
+
+    from tokenmill.demo import write_demo_corpus
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.ray_cluster import start_local
+    from tokenmill.pipeline.runner import run_pipeline
+
+    if not (folder / ".complete").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        write_demo_corpus(folder / "corpus", target_bytes=int(mb * 1e6))
+        config = load_config(folder / "corpus" / "demo.yaml")
+        config = config.model_copy(update={"output": str((folder / "run").resolve()),
+                                           "ingest": config.ingest.model_copy(update={"docs_per_shard": 20_000})})
+        start_local(num_cpus=os.cpu_count())
+        try:
+            for stage in ("ingest", "sample"):
+                run_pipeline(config, only=stage)
+        finally:
+            ray.shutdown()
+        (folder / ".complete").touch()
+    return folder
+
+
+def measure_stage(folder: Path) -> dict:
+    """The clean stage's map task over every sample shard of `folder`, in this process (whichever tokenmill the
+    path gives): text MB in, CPU seconds, MB/s per core."""
+    import pyarrow.parquet as pq
+
+    import tokenmill
+    from tokenmill.pipeline.columns import with_fallbacks
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.map_phase import split_and_write
+    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.pipeline.stats import text_bytes
+
+    class Memory:  # the task context's `write`, into memory: the disk is not what is measured
+        def write(self, path, data):
+            pass
+
+    config = load_config(folder / "corpus" / "demo.yaml")
+    (stage,) = [s for s in build_stages(config) if s.name == "clean"]
+    stage.setup({})
+    files = sorted((folder / "run" / "sample" / "shards").glob("*.parquet"))
+    mb, docs, dropped = 0.0, 0, 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    for path in files:
+        table = pq.read_table(path)
+        received = text_bytes(table)
+        filled = [c for c in sorted(stage.uses) if c not in table.column_names]
+        processed = stage.process(with_fallbacks(table, stage), {})
+        out = processed.table.drop_columns([c for c in filled if c not in {f.name for f in stage.adds}])
+        split_and_write(stage, Memory(), path.stem, table.column("source")[0].as_py(), out, processed.drop_reason,
+                        processed.stats, bytes_in=received)
+        mb += sum(received.to_pylist()) / 1e6
+        docs += table.num_rows
+        dropped += len(processed.drop_reason) - processed.drop_reason.null_count
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"code": str(Path(tokenmill.__file__).parent.parent), "shards": len(files), "docs": docs,
+            "dropped": dropped, "text_mb": round(mb, 2), "cpu_seconds": round(cpu, 2),
+            "wall_seconds": round(wall, 2), "mb_per_s_per_core": round(mb / cpu, 3)}
+
+
+def measure_in_child(folder: Path, src: Path | None) -> dict:
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    out = subprocess.run([sys.executable, __file__, "--measure-stage", str(folder)], env=env, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out)
+
+
+def scale_mix(args) -> dict:
+    """Part 1 (see the docstring): this checkout's stage figure, and the baseline's alternating with it."""
+    mix_mb = args.mix_mb if args.mix_mb is not None else args.target_mb / 4
+    folder = mix_shards(Path(args.dir) / f"clean-mix-{mix_mb:g}mb", mix_mb)
+    ours: list[dict] = []
+    theirs: list[dict] = []
+    for _ in range(args.rounds):
+        ours.append(measure_in_child(folder, None))
+        if args.baseline_src:
+            theirs.append(measure_in_child(folder, Path(args.baseline_src).resolve()))
+    best = max(ours, key=lambda r: r["mb_per_s_per_core"])
+    result = {"corpus": str(folder), "rounds": args.rounds, "tokenmill_stage": best,
+              "mb_per_s_per_core_each_round": [r["mb_per_s_per_core"] for r in ours]}
+    if theirs:
+        base = max(theirs, key=lambda r: r["mb_per_s_per_core"])
+        if (base["docs"], base["dropped"]) != (best["docs"], best["dropped"]):
+            raise SystemExit(f"baseline and this checkout disagree: {base} vs {best}")
+        result["baseline_stage"] = base
+        result["baseline_mb_per_s_per_core_each_round"] = [r["mb_per_s_per_core"] for r in theirs]
+        result["ratio_stage_vs_baseline"] = round(best["mb_per_s_per_core"] / base["mb_per_s_per_core"], 3)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target-mb", type=float, default=200)
+    parser.add_argument("--mix-mb", type=float, default=None, help="the scale mix's text (default: target-mb / 4)")
+    parser.add_argument("--baseline-src", default=None, help="src/ of another checkout, measured side by side")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default="bench")
+    parser.add_argument("--measure-stage", default=None, help=argparse.SUPPRESS)  # the child's half of part 1
     args = parser.parse_args()
+    if args.measure_stage:
+        print(json.dumps(measure_stage(Path(args.measure_stage))))
+        return 0
+    mix = scale_mix(args)
 
     from tokenmill.demo import write_format_files
     from tokenmill.stages.clean.quality import QualityConfig
@@ -76,6 +190,7 @@ def main() -> int:
     quality_drops = [r for r in reasons if r is not None]
     result = {
         "benchmark": "clean",
+        "scale_mix": mix,
         "corpus": {"files": len(files), "docs": len(ids), "text_mb": ours["text_mb"]},
         "cpus": os.cpu_count(),
         "tokenmill_whole_stage": {**ours, "dropped": len(quality_drops)},

@@ -170,3 +170,31 @@ def test_normalize_override_is_validated_naming_the_key(tmp_path):
     config["stages"]["clean"]["overrides"][0]["normalize"] = {"code": "document"}
     clean = parse_config(config, tmp_path).stages.clean
     assert clean.overrides[0].normalize.code == "document"
+
+
+def _whitespace_strings(n: int) -> list[str]:
+    import random
+
+    rng = random.Random(7)
+    return ["".join(rng.choice(" \t\n\fab") for _ in range(rng.randint(0, 9))) for _ in range(n)]
+
+
+def test_substring_tests_answer_as_the_regexes_they_replace():
+    """The whitespace step asks `in` where it asked a regex (most prose has none of it): the same answers."""
+    import re
+
+    from tokenmill.stages.clean import normalize as n
+
+    layout = re.compile(r"\t|  |\f|\n\n\n\n|\A(?:[ \t]*\n)*[ \t]")  # the regex `_has_layout` replaces
+    texts = _whitespace_strings(50_000)
+    assert [n._has_layout(t) for t in texts] == [layout.search(t) is not None for t in texts]
+    for chars in (" \t", " \t\f"):
+        trailing = re.compile(f"[{chars}]+$", re.M)
+        assert [n._has_trailing(t, chars) for t in texts] == [trailing.search(t) is not None for t in texts]
+    assert sum(map(n._has_layout, texts)) > 10_000 and sum(not n._has_layout(t) for t in texts) > 5_000
+
+
+def test_fullwidth_only_where_there_is_some():
+    text, steps = normalize("ＡＢＣ１２３ and 全角，标点", ALL)
+    assert text == "ABC123 and 全角，标点" and steps == ["fullwidth"]
+    assert normalize("全角，标点 only", ALL) == ("全角，标点 only", [])

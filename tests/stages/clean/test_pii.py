@@ -34,3 +34,21 @@ def test_blocklist_matches_domain_and_subdomains_only():
     assert blocked("http://bad.org", blocklist) and blocked("www.bad.org/x", blocklist)
     assert not blocked("https://notexample.com/", blocklist)
     assert not blocked(None, blocklist) and not blocked("https://example.com", frozenset())
+
+
+def test_address_scans_find_what_the_plain_patterns_find():
+    """The IP pre-scans start at their separator and look one character back: the same documents pass them."""
+    import random
+    import re
+
+    from tokenmill.stages.clean import pii
+
+    plain = {"_MAYBE_IPV4": re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d"), "_MAYBE_IPV6": re.compile(r"[0-9A-Fa-f]:[0-9A-Fa-f]{0,4}:")}
+    rng = random.Random(5)
+    groups = ["1", "25", "300", "1234", "٣", "a", "F"]  # ٣: a digit to \d, not to [0-9]
+    texts = ["".join(rng.choice(groups) + rng.choice([".", ".", ".", ":", ":", " "]) for _ in range(rng.randint(1, 8)))
+             for _ in range(40_000)]
+    for name, pattern in plain.items():
+        found = [getattr(pii, name).search(t) is not None for t in texts]
+        assert found == [pattern.search(t) is not None for t in texts]
+        assert 500 < sum(found) < len(texts) - 500

@@ -402,3 +402,51 @@ def test_japanese_uses_the_character_rules():
     scores, reasons = quality([ja], ["ja"], QualityConfig())
     assert reasons == [None]
     assert scores["cjk_stop_chars"][0] >= 5 and scores["cjk_char_ratio"][0] > 0.9 and scores["cjk_sentences"][0] == 4
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batched shortcuts: the same values as the per-item code they replace
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_line_sentences_counted_together_as_one_by_one(web):
+    """C4 counts sentences line by line; `count_line_sentences` does one regex pass over the lines joined."""
+    import random
+
+    from tokenmill.stages.clean.quality.words import count_line_sentences, count_sentences
+
+    docs = [[line.strip() for line in t.splitlines()] for t in web]
+    rng = random.Random(3)
+    pieces = ["Mr.", "A.", "e.g.", "end.", "end. ", "“Quoted.”", " ", "x", "?!", "\x00", "…", "U.S.", "(see)."]
+    docs += [["".join(rng.choice(pieces) for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(0, 6))]
+             for _ in range(20_000)]
+    assert [count_line_sentences(lines) for lines in docs] == [sum(map(count_sentences, lines)) for lines in docs]
+    assert count_line_sentences(["One. Two.", "Three"]) == 3
+
+
+def test_vocabulary_gives_each_word_its_hash_length_and_class():
+    """Words measured once per process by id give what measuring every word gives, across the vocabulary's reset."""
+    from tokenmill.stages.clean.quality.ngrams import token_hashes
+    from tokenmill.stages.clean.quality.vocab import ALPHA, WORD, Vocabulary, token_class
+
+    vocab = Vocabulary()
+    vocab.limit = 50
+    for text in ["the cat, the hat: 3.14 ... é 🙂", "brand new words " * 3 + " ".join(map(str, range(80))), "the cat"]:
+        words = split_words(text)
+        ids = vocab.ids(words)
+        assert vocab.hashes[ids].tolist() == token_hashes(words).tolist()
+        assert vocab.lengths[ids].tolist() == [len(w) for w in words]
+        assert vocab.classes[ids].tolist() == [token_class(w) for w in words]
+    assert len(vocab) < 60  # emptied once full
+    assert [token_class(w) for w in ["cat", ",", "3.14", "é2", "..."]] == [WORD | ALPHA, 0, WORD, WORD | ALPHA, 0]
+
+
+def test_lines_split_as_the_regex_split_them():
+    """Gopher's line repetition splits on runs of line breaks; `_split_lines` does it with `str.split`."""
+    import random
+    import re
+
+    from tokenmill.stages.clean.quality.measures import _split_lines
+
+    rng = random.Random(11)
+    texts = ["".join(rng.choice(["\n", "\n", "a", "b ", " "]) for _ in range(rng.randint(0, 10))) for _ in range(30_000)]
+    assert [_split_lines(t) for t in texts] == [re.split(r"\n+", t) for t in texts]

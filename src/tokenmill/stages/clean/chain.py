@@ -34,6 +34,7 @@ class Chain:
         self.filters = [f() for f in filters]
         self.adds = chain_adds(filters)
         self._config, self._overrides = config, overrides
+        self._settings: dict[tuple[str, str, str | None], Any] = {}
         self.ready = False
 
     def setup(self, paths: Mapping[str, str | None]) -> None:
@@ -42,8 +43,12 @@ class Chain:
         self.ready = True
 
     def settings(self, name: str, source: str, subset: str | None) -> Any:
-        """A filter's settings for a document (see `resolve`)."""
-        return resolve(self._config, self._overrides, name, source, subset)
+        """A filter's settings for a document (see `resolve`), looked up once per source and subset: every filter asks
+        for every document."""
+        key = (name, source, subset)
+        if key not in self._settings:
+            self._settings[key] = resolve(self._config, self._overrides, name, source, subset)
+        return self._settings[key]
 
     def run(self, batch: Batch) -> Batch:
         for i in range(len(batch)):

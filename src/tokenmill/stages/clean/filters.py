@@ -184,8 +184,9 @@ class QualityScores(Filter):
 
     def process(self, batch: Batch, rows: list[int], settings: QualityConfig) -> None:
         scores = quality_scores([batch.texts[i] for i in rows], [batch.langs[i] for i in rows], settings)
+        at = np.asarray(rows, dtype=np.int64)  # once, not once per column
         for name, values in scores.items():
-            batch.columns[name][rows] = values
+            batch.columns[name][at] = values
 
 
 class _QualityFamily(Filter):
@@ -194,7 +195,8 @@ class _QualityFamily(Filter):
     setting = "quality"
 
     def process(self, batch: Batch, rows: list[int], settings: QualityConfig) -> Sequence[str | None]:
-        scores = {name: batch.columns[name][rows] for name in QUALITY_SCORE_COLUMNS}
+        at = np.asarray(rows, dtype=np.int64)  # once, not once per column
+        scores = {name: batch.columns[name][at] for name in QUALITY_SCORE_COLUMNS}
         return family_reasons(self.name, scores, [batch.langs[i] for i in rows], settings)
 
 

@@ -12,11 +12,11 @@ import unicodedata
 from typing import Literal
 
 import ftfy
-from ftfy.badness import is_bad
 
 from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.stages.clean.code_blocks import code_block_lines
 from tokenmill.stages.clean.escapes import content_kind
+from tokenmill.stages.clean.mojibake import may_be_mojibake
 
 FTFY_CONFIG = ftfy.TextFixerConfig(
     unescape_html=False,
@@ -84,10 +84,23 @@ _TRAILING = re.compile(r"[ \t]+$", re.M)
 _PROSE_TRAILING = re.compile(r"[ \t\f]+$", re.M)
 _BLANK_RUN = re.compile(r"\n{4,}")  # more than two blank lines
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
-# Only these make prose and code normalize differently: tabs, space runs, form feeds, blank-line runs,
-# indentation on the first line.
-_LAYOUT = re.compile(r"\t|  |\f|\n\n\n\n|\A(?:[ \t]*\n)*[ \t]")
+_FIRST_LINE_INDENT = re.compile(r"\n*[ \t]")  # (matched at the start) the first line that is not empty is indented
 _FULLWIDTH = {c: c - 0xFEE0 for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]}
+_FULLWIDTH_CHAR = re.compile("[" + "".join(f"\\u{c:04x}" for c in _FULLWIDTH) + "]")
+# Most prose has none of what these regexes look for, and a substring test (`in`) answers that many times faster
+# than the regex engine, which tries its pattern at every position; each test below is exact for its regex.
+
+
+def _has_layout(text: str) -> bool:
+    """What alone makes prose and code normalize differently: a tab, a space run, a form feed, a blank-line run, or
+    indentation on the first line that is not empty."""
+    return ("\t" in text or "  " in text or "\f" in text or "\n\n\n\n" in text
+            or _FIRST_LINE_INDENT.match(text) is not None)
+
+
+def _has_trailing(text: str, chars: str) -> bool:
+    """True when one of `chars` ends a line (is followed by a line break or ends the text): `[chars]+$` would match."""
+    return text.endswith(tuple(chars)) or any(c + "\n" in text for c in chars)
 
 
 def unify_characters(text: str) -> str:
@@ -106,8 +119,13 @@ def _inside_line(m: re.Match[str]) -> str:
 
 def _prose(text: str) -> str:
     """Form feeds out; tabs and space runs inside a line to one space (indentation kept); trailing spaces out."""
-    text = _PROSE_TRAILING.sub("", text.replace("\f", "") if "\f" in text else text)
-    return _RUN.sub(_inside_line, text)
+    if "\f" in text:
+        text = text.replace("\f", "")
+    if _has_trailing(text, " \t"):  # form feeds are gone
+        text = _PROSE_TRAILING.sub("", text)
+    if "\t" in text or "  " in text:
+        text = _RUN.sub(_inside_line, text)
+    return text
 
 
 def whitespace_layout(text: str, code: CodeMode = "detect") -> tuple[str, str | None]:
@@ -121,7 +139,7 @@ def whitespace_layout(text: str, code: CodeMode = "detect") -> tuple[str, str | 
     line's indentation is removed with the leading blank lines, as OPT did.
     """
     text = unify_characters(text)
-    if code != "off" and _LAYOUT.search(text):  # else prose and code give the same text: skip the detection
+    if code != "off" and _has_layout(text):  # else prose and code give the same text: skip the detection
         if code == "document" or (code == "detect" and content_kind(text) == "code"):
             text = _TRAILING.sub("", text)
             return _LEADING_BLANK_LINES.sub("", text).rstrip("\n"), "document"
@@ -129,7 +147,9 @@ def whitespace_layout(text: str, code: CodeMode = "detect") -> tuple[str, str | 
         mask = code_block_lines(lines)
         if any(mask):
             return _mixed(lines, mask), "blocks"
-    text = _BLANK_RUN.sub("\n\n\n", _prose(text))
+    text = _prose(text)
+    if "\n\n\n\n" in text:
+        text = _BLANK_RUN.sub("\n\n\n", text)
     return text.strip(" \t\n"), None
 
 
@@ -175,8 +195,8 @@ def normalize_with_layout(text: str, config: NormalizeConfig) -> tuple[str, list
     changed = []
     layout = None
     # ftfy walks every line; its own badness test on the whole text first keeps clean documents (nearly all)
-    # to one regex search. Pure ASCII holds no mojibake at all.
-    if config.ftfy and not text.isascii() and is_bad(text):
+    # to one regex search, and `may_be_mojibake` most of them to none (pure ASCII holds no mojibake at all).
+    if config.ftfy and may_be_mojibake(text):
         fixed = ftfy.fix_text(text, FTFY_CONFIG)
         if fixed != text:
             changed.append("ftfy")
@@ -191,7 +211,7 @@ def normalize_with_layout(text: str, config: NormalizeConfig) -> tuple[str, list
             text = fixed
         if kept is not None:
             layout = "code_layout:" + kept
-    if config.fullwidth:
+    if config.fullwidth and not text.isascii() and _FULLWIDTH_CHAR.search(text):
         fixed = text.translate(_FULLWIDTH)
         if fixed != text:
             changed.append("fullwidth")

@@ -13,7 +13,6 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 from datatrove.pipeline.filters.c4_filters import CITATION_REGEX, ELLIPSIS, END_PUNCTUATION, POLICY_SUBSTRINGS
-from datatrove.utils.text import PUNCTUATION_SET
 
 from tokenmill.stages.clean.quality.config import (
     DUP_N_GRAM_SIZES,
@@ -24,7 +23,8 @@ from tokenmill.stages.clean.quality.config import (
     QualityConfig,
 )
 from tokenmill.stages.clean.quality.ngrams import Units, char_units, ngram_repetition, token_hashes, word_units
-from tokenmill.stages.clean.quality.words import count_sentences, split_words
+from tokenmill.stages.clean.quality.vocab import ALPHA, WORD, Vocabulary
+from tokenmill.stages.clean.quality.words import count_line_sentences, split_words
 
 GOPHER_COLUMNS = (
     "gopher_words", "gopher_mean_word_length", "gopher_hash_ratio", "gopher_ellipsis_ratio",
@@ -56,7 +56,6 @@ characters present; cjk_sentences: sentence ends; cjk_lines: lines.
 
 _NAN = float("nan")
 _PARAGRAPH_RE = re.compile(r"\n{2,}")
-_LINE_RE = re.compile(r"\n+")
 _BULLETS = ("•", "-")
 _ELLIPSES = ("...", "…")
 _CHUNK_CHARS = 4_000_000
@@ -64,26 +63,8 @@ _CHUNK_CHARS = 4_000_000
 _CHUNK_DOCS = 1 << 16  # the document index must fit the 16 bits above ngrams.DOC_SHIFT
 
 
-class _TokenClasses(dict):
-    """token -> 1 (has a non-punctuation character: a Gopher "word") | 2 (has a letter); computed on first sight.
-
-    Most tokens recur across documents, so `map(classes.__getitem__, tokens)` stays in C for nearly all of them.
-    """
-
-    limit = 200_000  # ~20 MB of cached tokens
-
-    def __missing__(self, token: str) -> int:
-        if len(self) >= self.limit:
-            self.clear()
-        if token.isalpha():
-            code = 3
-        else:
-            code = any(c not in PUNCTUATION_SET for c in token) | (any(c.isalpha() for c in token) << 1)
-        self[token] = code
-        return code
-
-
-_token_classes = _TokenClasses()
+_vocabulary = Vocabulary()
+"""This process's words, each hashed, measured and classed once (see `vocab.py`)."""
 
 
 def _line_marks(lines: list[str]) -> tuple[float, float]:
@@ -101,34 +82,46 @@ def _duplicates(parts: list[str]) -> tuple[int, int]:
     return len(parts) - len(unique), sum(map(len, parts)) - sum(map(len, unique))
 
 
+def _split_lines(text: str) -> list[str]:
+    """`re.split(r"\\n+", text)` by `str.split`: the empty lines go, but a first and a last one (as `re.split` keeps
+    them when the text starts or ends with a line break)."""
+    parts = text.split("\n")
+    if "\n\n" in text:
+        parts = [parts[0], *filter(None, parts[1:-1]), parts[-1]]
+    return parts
+
+
 def _line_repetition(text: str) -> tuple[float, float, float, float]:
     """Gopher's paragraph and line repetition fractions (paragraphs split on blank lines, lines on newlines)."""
     if not text:
         return _NAN, _NAN, _NAN, _NAN
-    paragraphs = _PARAGRAPH_RE.split(text.strip())
+    stripped = text.strip()
+    paragraphs = _PARAGRAPH_RE.split(stripped) if "\n\n" in stripped else [stripped]
     para_dups, para_chars = _duplicates(paragraphs)
-    lines = _LINE_RE.split(text)
+    lines = _split_lines(text)
     line_dups, line_chars = _duplicates(lines)
     return para_dups / len(paragraphs), para_chars / len(text), line_dups / len(lines), line_chars / len(text)
 
 
 def _gopher_word_scores(
-    units: Units, flat: list[str], texts: list[str], cfg: GopherQualityConfig
+    units: Units, ids: np.ndarray, vocab: Vocabulary, texts: list[str], cfg: GopherQualityConfig
 ) -> dict[str, np.ndarray]:
-    """The Gopher quality word measures for a chunk (the line measures come from `_line_marks`)."""
+    """The Gopher quality word measures for a chunk (the line measures come from `_line_marks`); `ids` are the
+    units' words in `vocab`."""
     d = len(texts)
-    codes = np.fromiter(map(_token_classes.__getitem__, flat), dtype=np.uint8, count=len(flat))
+    codes = vocab.classes[ids]
     lengths = np.diff(units.ends)
-    is_word = (codes & 1).astype(bool)
+    is_word = (codes & WORD).astype(bool)
     words = np.bincount(units.doc[is_word], minlength=d).astype(np.float64)
     word_chars = np.bincount(units.doc[is_word], weights=lengths[is_word], minlength=d)
-    alpha = np.bincount(units.doc[(codes & 2).astype(bool)], minlength=d)
+    alpha = np.bincount(units.doc[(codes & ALPHA).astype(bool)], minlength=d)
     n_tokens = units.count.astype(np.float64)
     stops = list(dict.fromkeys(cfg.stop_words))
-    stop_hashes = token_hashes(stops)
-    order = np.argsort(stop_hashes)
-    at = np.searchsorted(stop_hashes[order], units.hashes).clip(0, max(len(stops) - 1, 0))
-    found = np.flatnonzero(stop_hashes[order][at] == units.hashes) if stops else np.zeros(0, dtype=np.int64)
+    stop_hashes = np.sort(token_hashes(stops))
+    # Each distinct word is looked up among the stop words once; its units take the answer by id.
+    slot = np.searchsorted(stop_hashes, vocab.hashes).clip(0, max(len(stops) - 1, 0))
+    at = slot[ids]
+    found = np.flatnonzero((stop_hashes[slot] == vocab.hashes)[ids]) if stops else np.zeros(0, dtype=np.int64)
     pairs = np.unique(units.doc[found] * max(len(stops), 1) + at[found])
     stop_words = np.bincount(pairs // max(len(stops), 1), minlength=d).astype(np.float64)
     hashes_count = np.fromiter((t.count("#") for t in texts), dtype=np.float64, count=d)
@@ -159,7 +152,8 @@ def _c4_scores(text: str, lines: list[str], cfg: C4Config) -> tuple[float, ...]:
     need_lower = want_lorem or want_js or want_policy
     max_word, min_words = cfg.max_word_length, cfg.min_words_per_line
     terminal = cfg.filter_no_terminal_punct
-    sentences = lorem = curly = kept_chars = 0
+    lorem = curly = kept_chars = 0
+    kept: list[str] = []
     for raw in lines:
         line = raw.strip()
         words: list[str] | None = None
@@ -188,9 +182,9 @@ def _c4_scores(text: str, lines: list[str], cfg: C4Config) -> tuple[float, ...]:
             continue
         if need_lower and want_policy and any(p in line_l for p in POLICY_SUBSTRINGS):
             continue
-        sentences += count_sentences(line)
+        kept.append(line)
         kept_chars += len(line)
-    return float(sentences), float(lorem), float(curly), 1.0 - kept_chars / len(text)
+    return float(count_line_sentences(kept)), float(lorem), float(curly), 1.0 - kept_chars / len(text)
 
 
 # Han (with extensions and compatibility ideographs), kana, CJK symbols and punctuation, full-width forms.
@@ -232,11 +226,11 @@ def _measure_words(cols: dict[str, np.ndarray], texts: list[str], rows: np.ndarr
     gq, gr, c4 = config.gopher_quality, config.gopher_repetition, config.c4
     if gq or gr:
         tokens = [split_words(t) for t in texts]
-        units, flat = word_units(tokens)
+        units, ids = word_units(tokens, _vocabulary)
         del tokens
         text_len = np.fromiter(map(len, texts), dtype=np.float64, count=len(texts))
     if gq:
-        for name, values in _gopher_word_scores(units, flat, texts, gq).items():
+        for name, values in _gopher_word_scores(units, ids, _vocabulary, texts, gq).items():
             cols[name][rows] = values
     if gr:
         _put_ngrams(cols, rows, ngram_repetition(units, text_len, [k for k, _ in gr.top_n_grams],

@@ -8,9 +8,12 @@ same, would move with `PYTHONHASHSEED`). An n-gram's hash rolls its units' hashe
 from __future__ import annotations
 
 from itertools import chain
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenmill.stages.clean.quality.vocab import Vocabulary
 
 _P = np.uint64(0x100000001B3)  # multiplier of the rolling n-gram hash (any odd 64-bit constant works)
 DOC_SHIFT = np.uint64(48)  # n-gram keys: the document's index in the chunk above bit 48, 48 bits of hash below
@@ -79,28 +82,27 @@ def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, np.diff(np.append(starts, len(keys)))
 
 
-def _repeated(keys: np.ndarray) -> np.ndarray:
-    """True where the key occurs more than once."""
-    order, _, counts = _runs(keys)
-    mask = np.empty(len(keys), dtype=bool)
-    mask[order] = np.repeat(counts > 1, counts)
-    return mask
-
-
-def _top_ngram(units: Units, hashes: np.ndarray, n: int, separator: int) -> np.ndarray:
+def _top_ngram(units: Units, pos: np.ndarray, order: np.ndarray, starts: np.ndarray, counts: np.ndarray, n: int,
+               separator: int) -> np.ndarray:
     """Characters of each document's most frequent n-gram times its count (ties: the one seen first, as datatrove's
-    `Counter.most_common`); 0 where a document has no n-gram. `hashes[i]` is the n-gram starting at unit i."""
+    `Counter.most_common`); 0 where a document has no n-gram.
+
+    `pos` holds at least every occurrence of every n-gram that occurs twice, sorted by key into runs (`_runs`). A
+    document with no such n-gram has all its n-grams once: its first one wins, once.
+    """
     out = np.zeros(len(units.count))
-    pos = np.flatnonzero(units.left[: len(hashes)] >= n)
-    if len(pos) == 0:
+    whole = np.flatnonzero(units.count >= n)
+    first_unit = units.start[whole]
+    out[whole] = units.ends[first_unit + n] - units.ends[first_unit] + separator * (n - 1)
+    many = counts > 1
+    if not many.any():
         return out
-    keys = units.tag[pos] | (hashes[pos] >> _HASH_SHIFT)
-    order, starts, counts = _runs(keys)
-    first = np.minimum.reduceat(pos[order], starts)
-    run_doc = units.doc[first]
+    first = np.minimum.reduceat(pos[order], starts)[many]  # each repeated n-gram's first occurrence
+    counts = counts[many]
+    run_doc = units.doc[first]  # runs are sorted by key, whose top bits are the document
     doc_starts = np.flatnonzero(np.concatenate(([True], run_doc[1:] != run_doc[:-1])))
     top = np.maximum.reduceat(counts, doc_starts)
-    per_run = np.repeat(top, np.diff(np.append(doc_starts, len(starts))))
+    per_run = np.repeat(top, np.diff(np.append(doc_starts, len(counts))))
     best = np.minimum.reduceat(np.where(counts == per_run, first, np.iinfo(np.int64).max), doc_starts)
     chars = units.ends[best + n] - units.ends[best] + separator * (n - 1)
     out[run_doc[doc_starts]] = chars * top
@@ -117,9 +119,10 @@ def ngram_repetition(
     their document.
 
     top n: see `_top_ngram`. dup n: datatrove's `find_all_duplicate` walk: left to right, an n-gram seen before
-    adds its characters and the walk jumps n units ahead. Only n-grams that occur twice can be duplicates, and an
-    (n+1)-gram can only repeat where the n-grams at its first two positions repeat, so each larger n sorts fewer
-    keys and the walk (in Python) visits only repeated n-grams.
+    adds its characters and the walk jumps n units ahead. Only n-grams that occur twice can be dominant (more than
+    once) or duplicates, and an (n+1)-gram can only repeat where the n-grams at its first two positions repeat: the
+    smallest n sorts every n-gram, each larger n only those candidates (a few percent of the words from n = 4 on
+    in prose), and the walk (in Python) visits only repeated n-grams.
     """
     out: dict[int, np.ndarray] = {}
     if not top_ns and not dup_ns:
@@ -129,13 +132,11 @@ def ngram_repetition(
     h = units.hashes
     hashes = h
     repeated: np.ndarray | None = None  # units whose (n-1)-gram occurs twice or more in its document
-    min_dup = min(dup_ns, default=None)
+    smallest = min((*top_ns, *dup_ns))
     for n in range(1, max((*top_ns, *dup_ns)) + 1):
         if n > 1:
             hashes = hashes[:-1] * _P + h[n - 1:]
-        if n in top_ns:
-            out[n] = _top_ngram(units, hashes, n, separator) * scale
-        if min_dup is None or n < min_dup:
+        if n < smallest:
             continue
         if repeated is None:
             cand = np.arange(len(hashes))
@@ -146,7 +147,11 @@ def ngram_repetition(
             cand = repeated[ok]
         cand = cand[units.left[cand] >= n]
         keys = units.tag[cand] | (hashes[cand] >> _HASH_SHIFT)
-        mask = _repeated(keys)
+        order, starts, counts = _runs(keys)
+        if n in top_ns:
+            out[n] = _top_ngram(units, cand, order, starts, counts, n, separator) * scale
+        mask = np.empty(len(keys), dtype=bool)
+        mask[order] = np.repeat(counts > 1, counts)
         repeated, keys = cand[mask], keys[mask]
         if n in dup_ns:
             out[n] = _walk_duplicates(units, repeated, keys, n) * scale
@@ -175,12 +180,12 @@ def _walk_duplicates(units: Units, positions: np.ndarray, keys: np.ndarray, n: i
     return out
 
 
-def word_units(tokens: list[list[str]]) -> tuple[Units, list[str]]:
-    flat = list(chain.from_iterable(tokens))
-    hashes = token_hashes(flat)
-    lengths = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+def word_units(tokens: list[list[str]], vocab: Vocabulary) -> tuple[Units, np.ndarray]:
+    """Words as units (documents' tokens, concatenated), and each word's id in `vocab` (which hashes and measures
+    the words it has not seen yet)."""
+    ids = vocab.ids(list(chain.from_iterable(tokens)))
     count = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
-    return Units(hashes, lengths, count), flat
+    return Units(vocab.hashes[ids], vocab.lengths[ids], count), ids
 
 
 def char_units(dense: list[str]) -> Units:

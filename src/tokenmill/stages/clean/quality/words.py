@@ -65,6 +65,23 @@ def count_sentences(text: str) -> int:
     return 1 + len(SENTENCE_END_RE.findall(text))
 
 
+_LINE_JOIN = "\x00"
+"""Between lines counted together: neither space, nor a word character, nor punctuation. A boundary's lookbehinds
+see a letter or nothing before a line (the same to them), its lookahead wants space then text: across a line's end
+only when the line ends with space, and such lines are counted alone."""
+
+
+def count_line_sentences(lines: list[str]) -> int:
+    """`sum(count_sentences(line) for line in lines)`, in one regex pass over the lines joined (C4 counts the
+    sentences of every line it keeps: one pass per document instead of one per line)."""
+    if not lines:
+        return 0
+    joined = _LINE_JOIN.join(lines)
+    if joined.count(_LINE_JOIN) != len(lines) - 1 or any(line[-1:].isspace() for line in lines):
+        return sum(map(count_sentences, lines))  # a line holds the separator, or ends with space
+    return len(lines) + len(SENTENCE_END_RE.findall(joined))
+
+
 class RegexWordTokenizer(WordTokenizer):
     """tokenmill's regex tokenizer as a datatrove `WordTokenizer`, to run datatrove's own filters with it.
 
