@@ -114,3 +114,15 @@ def test_exact_pairs_two_uint64_columns():
 
 def test_exact_pairs_no_duplicates():
     assert exact_pairs(np.array([b"x", b"y"], dtype="S16"), _u64(1, 2)).shape == (0, 2)
+
+
+def test_each_pair_carries_the_smallest_document_of_its_buckets():
+    """Bucket (0, 7) holds docs 5, 9, 12; bucket (1, 8) holds 3, 9, 12: the pair (9, 12) is in both and keeps the
+    smaller anchor, 3; the anchor is what routes a pair, so every band's copy of it goes to one verify task."""
+    band = np.array([0, 0, 0, 1, 1, 1])
+    key = np.array([7, 7, 7, 8, 8, 8], dtype=np.uint64)
+    doc = np.array([12, 5, 9, 9, 3, 12], dtype=np.uint64)
+    found = candidate_pairs(band, key, doc)
+    got = dict(zip(map(tuple, found.pairs.tolist()), found.anchor.tolist()))
+    assert got == {(5, 9): 5, (5, 12): 5, (9, 12): 3, (3, 9): 3, (3, 12): 3}
+    assert found.anchor.dtype == np.uint64 and candidate_pairs(band[:0], key[:0], doc[:0]).anchor.size == 0

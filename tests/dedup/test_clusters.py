@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenmill.dedup.clusters import cluster_table, components, greedy_keep
+from tokenmill.dedup.clusters import cluster_table, components, greedy_keep, over_cap_groups
 
 
 def _e(*pairs):
@@ -137,3 +137,17 @@ def test_cluster_table():
     assert t["kept_by"].tolist() == [7, 7, B, B, B]
     assert np.isnan(t["jaccard"][[0, 3]]).all()
     assert t["jaccard"][[1, 2, 4]].tolist() == [0.99, 0.96, 0.97]
+
+
+def test_over_cap_groups_join_buckets_that_share_a_document():
+    """Buckets 1 and 2 (two bands of one cluster) share documents 5 and 7; bucket 3 shares 9 with bucket 2 only
+    through the chain; bucket 4 is apart. Each document comes back once, named by its group's smallest document."""
+    bucket = np.array([1, 1, 1, 2, 2, 2, 3, 3, 4, 4], dtype=np.uint64)
+    doc = np.array([7, 5, 3, 5, 7, 9, 9, 11, 20, 21], dtype=np.uint64)
+    group, docs = over_cap_groups(bucket, doc)
+    assert docs.tolist() == [3, 5, 7, 9, 11, 20, 21]
+    assert group.tolist() == [3, 3, 3, 3, 3, 20, 20]
+    empty = over_cap_groups(np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+    assert empty[0].size == empty[1].size == 0
+    with pytest.raises(ValueError):
+        over_cap_groups(np.array([1], np.uint64), np.array([1 << 63], np.uint64))

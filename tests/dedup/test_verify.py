@@ -61,3 +61,22 @@ def test_verify_empty_and_missing():
     assert sims.shape == mask.shape == (0,)
     with pytest.raises(KeyError):
         verify(np.array([[1, 2]], dtype=np.uint64), {1: _s(1)}, 0.95)
+
+
+def test_verify_groups_by_first_document_whatever_the_pair_order():
+    """Pairs in any order and orientation, many sharing a first document (an LSH bucket's clique), give the values of
+    the scalar jaccard in the input order: grouping by first document only batches the work."""
+    rng = np.random.default_rng(5)
+    base = np.unique(rng.integers(0, 10_000, 300).astype(np.uint64))
+    shingles = {d: np.unique(np.concatenate([base[rng.random(base.size) > 0.05],
+                                             rng.integers(10_000, 20_000, 10).astype(np.uint64)]))
+                for d in range(40)}
+    shingles[40] = np.empty(0, dtype=np.uint64)
+    pairs = np.array([(a, b) for a in range(41) for b in range(a + 1, 41)], dtype=np.uint64)
+    pairs = pairs[rng.permutation(len(pairs))]
+    flip = rng.random(len(pairs)) < 0.5
+    pairs[flip] = pairs[flip][:, ::-1]
+    want = np.array([jaccard(shingles[int(a)], shingles[int(b)]) for a, b in pairs])
+    sims, mask = verify(pairs, shingles, 0.8)
+    assert np.array_equal(sims, want)
+    assert mask.any() and not mask.all() and not sims[(pairs == 40).any(axis=1)].any()

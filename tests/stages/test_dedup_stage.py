@@ -92,8 +92,10 @@ def test_exact_and_near_duplicates_across_shards_and_sources(ray_cluster, corpus
     candidates = report["candidates"]
     assert candidates["buckets_over_cap"] == 0 and candidates["pairs_not_verified"] == 0
     assert candidates["pairs_rejected"] >= 1  # f-near93
-    assert candidates["pairs_verified"] == candidates["candidate_pairs"] == \
-        candidates["pairs_above_threshold"] + candidates["pairs_rejected"]
+    assert candidates["pairs_verified"] == candidates["pairs_above_threshold"] + candidates["pairs_rejected"]
+    # Three pairs (w0 and f-exact, w1 and f-near97, w2 and f-near93), each proposed by several bands' buckets in
+    # several partitions (candidate_pairs counts each), are verified once each: pairs travel to verify by anchor.
+    assert candidates["pairs_verified"] == 3 < candidates["candidate_pairs"]
     phase_files_hold_no_text_nor_shingles(out)
 
 
@@ -124,7 +126,7 @@ def test_workers_do_not_change_bytes_and_resume_is_exact(ray_cluster, corpus, tm
     # A kill in the middle of every phase: some commits of each phase lost, the manifest not written.
     out = tmp_path / "w2"
     (out / "dedup" / "manifest.json").unlink()
-    for phase in ("signatures", "buckets", "verify", "clusters", "filter"):
+    for phase in ("signatures", "buckets", "groups", "verify", "clusters", "filter"):
         records = sorted((out / "dedup" / "_work" / "commits" / phase).glob("*.json"))
         for r in records[::2]:
             r.unlink()
@@ -188,6 +190,27 @@ def test_candidate_counts_reach_the_manifest_and_the_summary(ray_cluster, giant_
     report = json.loads((tmp_path / "t" / "dedup" / "manifest.json").read_text())["content"]["report"]
     assert report["candidates"]["pairs_not_verified"] > 0 and report["candidates"]["buckets_over_cap_second_pass"] >= 1
     assert f"{report['candidates']['pairs_not_verified']:,} pairs not verified" in report["summary"][1]
+
+
+def test_a_cluster_over_the_cap_in_every_band_is_verified_once(ray_cluster, tmp_path):
+    """Forty near copies of one article (each 0.99 to it) fill one bucket in each of 4 bands, all over a cap of 3
+    pairs. Verified bucket by bucket, the cluster cost 4 x 39 comparisons; joined into one group by their shared
+    documents, 39 (one per document after the first), with the same removals."""
+    rng = random.Random(3)
+    text = article(rng, 400)
+    docs = [{"id": "base", "text": text}] + [{"id": f"c{i:02d}", "text": text + f" extra{i}"} for i in range(39)]
+    write_jsonl(tmp_path / "web" / "a.jsonl", docs)
+    config = {"output": "out", "seed": 1, "ingest": {"docs_per_shard": 10},
+              "sources": [{"name": "web", "format": "jsonl", "paths": ["web/*.jsonl"], "id_field": "id"}],
+              "stages": {"dedup": {"partitions": 4, "num_perm": 16, "bands": 4, "rows": 1,
+                                   "max_pairs_per_bucket": 3}}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    run_into(tmp_path / "run.yaml", tmp_path / "o")
+    c = json.loads((tmp_path / "o" / "dedup" / "manifest.json").read_text())["content"]["report"]["candidates"]
+    # A copy's one extra shingle can move its MinHash in a band: a bucket holds 38-40 of the 40, the group all.
+    assert c["buckets_over_cap"] == 4 and c["pairs_in_buckets_over_cap"] > 3 * 40 * 39 // 2
+    assert c["pairs_compared_in_buckets_over_cap"] == 39 and c["pairs_not_verified"] == 0
+    assert len(dropped(tmp_path / "o")) == 39  # one kept: the longest copy
 
 
 def test_exact_hashes_come_back_whole_from_either_band_file_format():

@@ -20,15 +20,17 @@ def _empty_pairs() -> np.ndarray:
     return np.empty(_EMPTY_PAIRS_SHAPE, dtype=np.uint64)
 
 
-def _sorted_unique_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Stack two uint64 columns (``a < b`` row-wise) into sorted, duplicate-free ``(m, 2)`` pairs."""
+def _sorted_unique_pairs(a: np.ndarray, b: np.ndarray, anchor: np.ndarray | None = None):
+    """Stack two uint64 columns (``a < b`` row-wise) into sorted, duplicate-free ``(m, 2)`` pairs; with ``anchor``,
+    also each kept pair's smallest anchor: ``(pairs, anchor)``."""
     if a.size == 0:
-        return _empty_pairs()
-    order = np.lexsort((b, a))
+        return _empty_pairs() if anchor is None else (_empty_pairs(), np.empty(0, np.uint64))
+    order = np.lexsort((b, a)) if anchor is None else np.lexsort((anchor, b, a))
     a, b = a[order], b[order]
     keep = np.ones(a.size, dtype=bool)
     keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
-    return np.stack([a[keep], b[keep]], axis=1).astype(np.uint64, copy=False)
+    pairs = np.stack([a[keep], b[keep]], axis=1).astype(np.uint64, copy=False)
+    return pairs if anchor is None else (pairs, anchor[order][keep].astype(np.uint64, copy=False))
 
 
 def _as_1d(name: str, x: np.ndarray) -> np.ndarray:
@@ -61,6 +63,10 @@ class Candidates(NamedTuple):
     """``(r,)`` ``uint64``: the member document; rows sorted by bucket, then document; a document once per bucket."""
     over_cap_pairs: int
     """``k*(k-1)/2`` summed over the over-cap buckets: the pairs they hold, none of them emitted here."""
+    anchor: np.ndarray
+    """``(m,)`` ``uint64``, per pair: the smallest document of the bucket it came from (of those buckets, the
+    smallest). A near-duplicate cluster fills a bucket in most bands, with the same smallest document in each, so
+    routing pairs by their anchor brings every band's copy of a pair, and the cluster's documents, to one place."""
 
     @property
     def buckets_over_cap(self) -> int:
@@ -106,7 +112,7 @@ def candidate_pairs(
     if max_pairs_per_bucket < 0:
         raise ValueError(f"max_pairs_per_bucket must be >= 0, got {max_pairs_per_bucket}")
     if doc.size == 0:
-        return Candidates(_empty_pairs(), np.empty(0, np.int64), np.empty(0, np.uint64), 0)
+        return Candidates(_empty_pairs(), np.empty(0, np.int64), np.empty(0, np.uint64), 0, np.empty(0, np.uint64))
 
     order = np.lexsort((doc, key, band))
     band, key, doc = band[order], key[order], doc[order]
@@ -137,8 +143,9 @@ def candidate_pairs(
 
     # Buckets over the cap: their members, with dense bucket indices.
     dense = np.cumsum(capped) - 1
-    return Candidates(_sorted_unique_pairs(doc[first], doc[second]), dense[bucket_of[row_capped]].astype(np.int64),
-                      doc[row_capped], int(full[capped].sum()))
+    pairs, anchor = _sorted_unique_pairs(doc[first], doc[second], doc[starts[bucket_of[first]]])
+    return Candidates(pairs, dense[bucket_of[row_capped]].astype(np.int64), doc[row_capped], int(full[capped].sum()),
+                      anchor)
 
 
 def _group_ids(exact_hash: np.ndarray) -> np.ndarray:

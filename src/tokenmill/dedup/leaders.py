@@ -38,6 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tokenmill.dedup.verify import jaccard_many as _jaccard_against
+
 __all__ = ["BucketResult", "LeaderResult", "central_order", "cluster_bucket", "leader_edges"]
 
 _EPS = 1e-12  # float slack on the triangle bound, so rounding never rules out a real partner
@@ -90,20 +92,6 @@ class _Bank:
         local = np.r_[0, np.cumsum(lens)]
         idx = np.repeat(starts - local[:-1], lens) + np.arange(local[-1])
         return _jaccard_against(x, self.data[idx], local)
-
-
-def _jaccard_against(x: np.ndarray, data: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Jaccard of sorted unique ``x`` with each set ``data[bounds[i]:bounds[i+1]]`` (sorted unique), vectorised:
-    every element of ``data`` is looked up in ``x`` by binary search, hits summed per set."""
-    sizes = np.diff(bounds)
-    if x.size == 0 or data.size == 0:
-        return np.zeros(sizes.size, dtype=np.float64)
-    idx = np.searchsorted(x, data)
-    np.minimum(idx, x.size - 1, out=idx)
-    hits = np.concatenate([[0], np.cumsum(x[idx] == data)])
-    inter = hits[bounds[1:]] - hits[bounds[:-1]]
-    union = x.size + sizes - inter
-    return np.divide(inter, union, out=np.zeros(sizes.size, dtype=np.float64), where=union > 0)
 
 
 def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], threshold: float,

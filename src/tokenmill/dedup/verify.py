@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["jaccard", "verify"]
+__all__ = ["jaccard", "jaccard_many", "verify"]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -30,6 +30,21 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(inter) / union if union else 0.0
 
 
+def jaccard_many(x: np.ndarray, data: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Exact Jaccard of sorted unique ``x`` with each set ``data[bounds[i]:bounds[i+1]]`` (sorted unique), vectorised:
+    every element of ``data`` is looked up in ``x`` by binary search, hits summed per set. Empty against anything
+    is ``0.0``."""
+    sizes = np.diff(bounds)
+    if x.size == 0 or data.size == 0:
+        return np.zeros(sizes.size, dtype=np.float64)
+    idx = np.searchsorted(x, data)
+    np.minimum(idx, x.size - 1, out=idx)
+    hits = np.concatenate([[0], np.cumsum(x[idx] == data)])
+    inter = hits[bounds[1:]] - hits[bounds[:-1]]
+    union = x.size + sizes - inter
+    return np.divide(inter, union, out=np.zeros(sizes.size, dtype=np.float64), where=union > 0)
+
+
 def verify(pairs: np.ndarray, shingles: Mapping[int, np.ndarray], threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """Exact Jaccard of every candidate pair, and which pairs pass.
 
@@ -43,21 +58,26 @@ def verify(pairs: np.ndarray, shingles: Mapping[int, np.ndarray], threshold: flo
         ``(jaccard, mask)``: ``jaccard`` ``(m,)`` ``float64`` exact similarities (same values as :func:`jaccard`,
         both-empty pairs ``0.0``) and ``mask`` ``(m,)`` ``bool``, ``jaccard > threshold``.
 
-    Both sets are sorted, so the smaller one is looked up in the larger by binary search: O(a log b) per pair in
-    numpy, with no sort. (A vectorised lexsort over all pairs at once measured 15x slower at 200-shingle sets.)
+    Pairs are grouped by their first document: its set is compared with all its partners' sets at once
+    (:func:`jaccard_many`, one binary search of their concatenation), so a bucket of k documents, whose
+    k(k-1)/2 pairs share k first documents, costs k numpy calls instead of one per pair (LSH candidates come in
+    such cliques). The values are those of :func:`jaccard`: the same integer counts, one float division.
     """
     pairs = np.asarray(pairs)
     if pairs.ndim != 2 or pairs.shape[1] != 2:
         raise ValueError(f"pairs must be (m, 2), got {pairs.shape}")
     sims = np.zeros(pairs.shape[0], dtype=np.float64)
-    for k, (x, y) in enumerate(pairs.tolist()):
-        a, b = np.asarray(shingles[x]), np.asarray(shingles[y])
-        if a.size > b.size:
-            a, b = b, a
-        if b.size == 0:
-            continue
-        idx = np.searchsorted(b, a)
-        np.minimum(idx, b.size - 1, out=idx)
-        inter = int(np.count_nonzero(b[idx] == a))
-        sims[k] = inter / (a.size + b.size - inter)
+    if not pairs.shape[0]:
+        return sims, sims > threshold
+    order = np.argsort(pairs[:, 0], kind="stable")
+    first = pairs[order, 0]
+    starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])
+    ends = np.r_[starts[1:], first.size]
+    second = pairs[order, 1].tolist()
+    for x, s, e in zip(first[starts].tolist(), starts.tolist(), ends.tolist()):
+        sets = [np.asarray(shingles[y]) for y in second[s:e]]
+        bounds = np.zeros(len(sets) + 1, dtype=np.int64)
+        np.cumsum([b.size for b in sets], out=bounds[1:])
+        data = np.concatenate(sets).astype(np.uint64, copy=False) if bounds[-1] else np.zeros(0, np.uint64)
+        sims[order[s:e]] = jaccard_many(np.asarray(shingles[x], dtype=np.uint64), data, bounds)
     return sims, sims > threshold

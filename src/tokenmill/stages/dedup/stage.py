@@ -1,13 +1,15 @@
-"""The dedup stage in five phases, each a set of tasks with bounded memory; no task holds the corpus.
+"""The dedup stage in six phases, each a set of tasks with bounded memory; no task holds the corpus.
 
 (a) `signatures`, per shard: normalized-text hash, shingles, MinHash, band keys; band keys and exact hashes are
     written partitioned by key, and per document its length; no text, no shingles. (b) `buckets`, per partition:
-    equal keys make candidate pairs (exact pairs apart); a bucket over the cap goes whole to (c). (c) `verify`, per
-    partition: exact Jaccard of the shingle sets, recomputed from the text of only the documents its pairs and
-    over-cap buckets name, read back from the input shards (each once, only those rows' row groups); leader
-    clustering inside each over-cap bucket. (d) `clusters`, one task over edges only: components, then the
-    keep/drop choice (ids and sources from the input shards, lengths from (a)). (e) `filter`, per shard: drop what
-    (d) decided. The reduced counts of (b), (c) and (d) reach `DedupStage.report` directly.
+    equal keys make candidate pairs (exact pairs apart); a bucket over the cap goes whole to (c). (c) `groups`, one
+    task over the members of over-cap buckets only: buckets that share a document, in any band, make one group,
+    so that a cluster found in every band is verified once, not once per band. (d) `verify`, per partition: exact
+    Jaccard of the shingle sets, recomputed from the text of only the documents its pairs and groups name, read
+    back from the input shards (each once, only those rows' row groups); leader clustering inside each group.
+    (e) `clusters`, one task over edges only: components, then the keep/drop choice (ids and sources from the
+    input shards, lengths from (a)). (f) `filter`, per shard: drop what (e) decided. The reduced counts of (b),
+    (d) and (e) reach `DedupStage.report` directly.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.dedup.candidates import candidate_pairs, exact_pairs
-from tokenmill.dedup.clusters import components, greedy_keep
+from tokenmill.dedup.clusters import components, greedy_keep, over_cap_groups
 from tokenmill.dedup.leaders import cluster_bucket
 from tokenmill.dedup.lsh import band_keys, choose_bands
 from tokenmill.dedup.minhash import MinHasher
@@ -43,6 +45,13 @@ log = logging.getLogger(__name__)
 
 def _doc_ref(shard_index: int, rows: np.ndarray) -> np.ndarray:
     return (np.uint64(shard_index) << np.uint64(32)) | rows.astype(np.uint64)
+
+
+def _route(anchor: np.ndarray, partitions: int) -> np.ndarray:
+    """The verify task of each anchor document (the smallest document of a bucket or a group): a mixed hash, so
+    that references (shard << 32 | row) spread evenly; one function for pairs and groups, so that a cluster split
+    into buckets within and over the cap goes to one task."""
+    return ((anchor.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) % np.uint64(partitions)
 
 
 def _read_all(ctx: TaskContext, folder: str, columns=None) -> pa.Table | None:
@@ -177,22 +186,29 @@ class Buckets(Phase):
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         rows = _read_all(ctx, f"_work/bands/{task.key}")
         empty = np.zeros((0, 2), np.uint64)
-        near, exact = empty, empty
+        near, exact, anchor = empty, empty, np.zeros(0, np.uint64)
         over_bucket, over_doc, over_pairs, over_buckets = np.zeros(0, np.int64), np.zeros(0, np.uint64), 0, 0
         if rows is not None and rows.num_rows:
             band = rows.column("band").to_numpy()
             is_exact = band == EXACT_BAND
             key, doc = rows.column("key").to_numpy(), rows.column("doc").to_numpy()
             found = candidate_pairs(band[~is_exact], key[~is_exact], doc[~is_exact], stage.config.max_pairs_per_bucket)
-            near, over_bucket, over_doc = found.pairs, found.over_cap_bucket, found.over_cap_doc
+            near, over_bucket, over_doc, anchor = found.pairs, found.over_cap_bucket, found.over_cap_doc, found.anchor
             over_pairs, over_buckets = found.over_cap_pairs, found.buckets_over_cap
             exact_bytes = _exact_digests(key[is_exact], rows.column("exact").filter(pa.array(is_exact)))
             exact = exact_pairs(exact_bytes, doc[is_exact])
-        ctx.write(f"_work/pairs/{task.key}.parquet", parquet_bytes(pa.table({
-            "a": pa.array(np.concatenate([exact[:, 0], near[:, 0]]), pa.uint64()),
-            "b": pa.array(np.concatenate([exact[:, 1], near[:, 1]]), pa.uint64()),
-            "exact": pa.array(np.r_[np.ones(len(exact), bool), np.zeros(len(near), bool)]),
-        })))
+        # Each pair to the verify task of its anchor (exact pairs: their group's smallest document, the first of
+        # each pair), so a pair proposed by several bands' buckets is verified once, with its cluster's documents.
+        pairs = np.concatenate([exact, near])
+        is_exact = np.r_[np.ones(len(exact), bool), np.zeros(len(near), bool)]
+        target = _route(np.concatenate([exact[:, 0], anchor]), stage.config.partitions)
+        for p in range(stage.config.partitions):
+            mine = target == p
+            ctx.write(f"_work/pairs/p{p:04d}/{task.key}.parquet", parquet_bytes(pa.table({
+                "a": pa.array(pairs[mine, 0], pa.uint64()),
+                "b": pa.array(pairs[mine, 1], pa.uint64()),
+                "exact": pa.array(is_exact[mine]),
+            })))
         ctx.write(f"_work/over_cap/{task.key}.parquet", parquet_bytes(pa.table({
             "bucket": pa.array(over_bucket, pa.int64()),
             "doc": pa.array(over_doc, pa.uint64()),
@@ -201,8 +217,39 @@ class Buckets(Phase):
                 "buckets_over_cap": int(over_buckets), "pairs_in_buckets_over_cap": int(over_pairs)}
 
 
+class Groups(Phase):
+    """One task: the over-cap buckets of every partition and band joined into groups by shared documents; each
+    group goes to one verify task (by a hash of its smallest document), written as `_work/groups/p####`."""
+
+    name = "groups"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key="all")]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        partitions = stage.config.partitions
+        buckets, docs = [np.zeros(0, np.uint64)], [np.zeros(0, np.uint64)]
+        for p in range(partitions):
+            over = pq.read_table(storage.join(ctx.stage_dir, f"_work/over_cap/p{p:04d}.parquet"), filesystem=ctx.fs)
+            # A bucket index is dense within its partition: (partition, index) names it across partitions.
+            buckets.append((np.uint64(p) << np.uint64(32)) | over.column("bucket").to_numpy().astype(np.uint64))
+            docs.append(over.column("doc").to_numpy().astype(np.uint64, copy=False))
+        group, doc = over_cap_groups(np.concatenate(buckets), np.concatenate(docs))
+        # Spread groups over the verify tasks by a mixed hash of the group's smallest document (refs are shard, row).
+        target = _route(group, partitions)
+        for p in range(partitions):
+            mine = target == p
+            g = group[mine]
+            dense = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1 if g.size else np.zeros(0, np.int64)
+            ctx.write(f"_work/groups/p{p:04d}.parquet", parquet_bytes(pa.table({
+                "bucket": pa.array(dense, pa.int64()),
+                "doc": pa.array(doc[mine], pa.uint64()),
+            })))
+        return {"groups": int(np.unique(group).size), "docs": int(doc.size)}
+
+
 class Verify(Phase):
-    """Per partition: exact Jaccard of the candidate pairs; leader clustering inside each bucket over the cap."""
+    """Per partition: exact Jaccard of the candidate pairs; leader clustering inside each group of over-cap buckets."""
 
     name = "verify"
 
@@ -233,8 +280,8 @@ class Verify(Phase):
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         cfg: DedupConfig = stage.config
-        pairs = pq.read_table(storage.join(ctx.stage_dir, f"_work/pairs/{task.key}.parquet"), filesystem=ctx.fs)
-        over = pq.read_table(storage.join(ctx.stage_dir, f"_work/over_cap/{task.key}.parquet"), filesystem=ctx.fs)
+        pairs = _routed_pairs(ctx, task.key)
+        over = pq.read_table(storage.join(ctx.stage_dir, f"_work/groups/{task.key}.parquet"), filesystem=ctx.fs)
         a, b = pairs.column("a").to_numpy(), pairs.column("b").to_numpy()
         exact = pairs.column("exact").to_numpy(zero_copy_only=False)
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
@@ -274,6 +321,21 @@ class Verify(Phase):
         return counts
 
 
+def _routed_pairs(ctx: TaskContext, key: str) -> pa.Table:
+    """The pairs every buckets task routed to this verify task, each (a, b, exact) once, sorted."""
+    files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, f"_work/pairs/{key}"), ".parquet")
+    table = pa.concat_tables([pq.read_table(f, filesystem=ctx.fs) for f in files]) if files else None
+    if table is None or not table.num_rows:
+        return pa.table({"a": pa.array([], pa.uint64()), "b": pa.array([], pa.uint64()), "exact": pa.array([], pa.bool_())})
+    a, b = table.column("a").to_numpy(), table.column("b").to_numpy()
+    exact = table.column("exact").to_numpy(zero_copy_only=False)
+    order = np.lexsort((b, a, ~exact))
+    a, b, exact = a[order], b[order], exact[order]
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (exact[1:] != exact[:-1])]
+    return pa.table({"a": pa.array(a[first], pa.uint64()), "b": pa.array(b[first], pa.uint64()),
+                     "exact": pa.array(exact[first])})
+
+
 def _unique_edges(pairs: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted, duplicate-free edges (a pair found in several buckets once; its Jaccard is the same each time)."""
     pairs = pairs.reshape(-1, 2).astype(np.uint64, copy=False)
@@ -283,6 +345,28 @@ def _unique_edges(pairs: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.n
     pairs, sims = pairs[order], sims[order]
     first = np.r_[True, (pairs[1:] != pairs[:-1]).any(axis=1)]
     return pairs[first], sims[first]
+
+
+def _unique_edge_rows(ctx: TaskContext) -> pa.Table | None:
+    """Every verify task's edges, each (a, b, exact) once: a pair in the buckets of several bands is verified, and
+    written, by the verify task of each band's partition; merged file by file (deduplicated whenever what is read
+    since outgrows what is kept), so the task holds about the distinct edges, not every copy (up to one per band)."""
+    files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/edges"), ".parquet")
+    kept: pa.Table | None = None
+    pending: list[pa.Table] = []
+    for i, path in enumerate(files):
+        pending.append(pq.read_table(path, filesystem=ctx.fs))
+        if i + 1 < len(files) and sum(t.num_rows for t in pending) < max(kept.num_rows if kept else 0, 1 << 20):
+            continue
+        table = pa.concat_tables(([kept] if kept is not None else []) + pending)
+        pending = []
+        a, b = table.column("a").to_numpy(), table.column("b").to_numpy()
+        exact = table.column("exact").to_numpy(zero_copy_only=False)
+        order = np.lexsort((exact, b, a))
+        a, b, exact = a[order], b[order], exact[order]
+        first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (exact[1:] != exact[:-1])] if a.size else []
+        kept = table.take(pa.array(order[first], pa.int64())).combine_chunks()
+    return kept
 
 
 class Clusters(Phase):
@@ -298,7 +382,7 @@ class Clusters(Phase):
                                         "paths": [s["path"] for s in ctx.input_shards]})]
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        edges = _read_all(ctx, "_work/edges")
+        edges = _unique_edge_rows(ctx)
         shards = task.params["shards"]
         decisions: dict[int, tuple[str, int, float]] = {}
         cluster_of: dict[int, int] = {}
@@ -440,7 +524,7 @@ class DedupStage(Stage):
         return {**super().identity(), "bands": self.bands, "rows": self.rows}
 
     def phases(self) -> list[Phase]:
-        return [Signatures(), Buckets(), Verify(), Clusters(), FilterShards()]
+        return [Signatures(), Buckets(), Groups(), Verify(), Clusters(), FilterShards()]
 
     def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Clusters per source with their size histogram, members kept or dropped per source, and the candidate
