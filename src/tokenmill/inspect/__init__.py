@@ -1,6 +1,7 @@
 """Look at what a run did: small functions over a run folder (the config's ``output``) and a training output folder,
 for notebooks (``notebooks/``) and for ``tokenmill inspect``. They return plain rows (lists of dicts), Arrow tables
-or numpy arrays; ``tokenmill.inspect.plots`` turns them into matplotlib figures and ``table(rows)`` displays rows.
+or numpy arrays (``scan_docs``: a polars LazyFrame over a stage's shards); ``tokenmill.inspect.plots`` turns them
+into matplotlib figures and ``table(rows)`` displays rows.
 
 ``run=None`` means ``$TOKENMILL_RUN``, else the demo run ``build/demo/run`` (``runs.DEFAULT_RUN``); ``output=None``
 in the training helpers means ``$TOKENMILL_TRAIN``.
@@ -8,7 +9,7 @@ in the training helpers means ``$TOKENMILL_TRAIN``.
 
 from tokenmill.inspect.clusters import cluster_sizes, cluster_summary, clusters, largest_clusters
 from tokenmill.inspect.contamination import contamination_hits, evalset_summary, hit_examples, hits
-from tokenmill.inspect.runs import DEFAULT_RUN, manifest, read_docs, run_dir, stages
+from tokenmill.inspect.runs import DEFAULT_RUN, manifest, read_docs, run_dir, scan_docs, stages
 from tokenmill.inspect.samples import (before_after, cleaned_ids, drop_counts, escape_leaks, leak_summary, samples,
                                        samples_per_reason, samples_per_source)
 from tokenmill.inspect.tables import table
@@ -17,7 +18,7 @@ from tokenmill.inspect.tokens import (decoded_samples, document_lengths, length_
 from tokenmill.inspect.training import event_documents, loss_segments, training_events, training_metrics
 
 __all__ = [
-    "DEFAULT_RUN", "run_dir", "stages", "manifest", "read_docs",
+    "DEFAULT_RUN", "run_dir", "stages", "manifest", "read_docs", "scan_docs",
     "samples", "samples_per_source", "samples_per_reason", "drop_counts", "before_after", "cleaned_ids",
     "escape_leaks", "leak_summary",
     "clusters", "cluster_sizes", "cluster_summary", "largest_clusters",

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.errors import TokenmillError
-from tokenmill.inspect.runs import shard_files, stage_dir
+from tokenmill.inspect.runs import scan_docs, stage_dir
 
 
 def clusters(run=None) -> pa.Table:
@@ -44,15 +44,14 @@ def cluster_summary(run=None) -> list[dict]:
 
 
 def _texts(run, ids: set[str]) -> dict[str, str]:
-    """Texts of ``ids`` from the dedup stage's output: kept shards and dropped files."""
+    """Texts of ``ids`` from the dedup stage's output: kept shards and dropped files (one filtered scan of each; the
+    text column is read only in row groups that hold one of the ids)."""
+    import polars as pl
+
     found: dict[str, str] = {}
     for dropped in (False, True):
-        for path in shard_files(run, "dedup", dropped):
-            table = pq.read_table(path, columns=["id"])
-            hit = [i for i, x in enumerate(table["id"].to_pylist()) if x in ids]
-            if hit:
-                sub = pq.read_table(path, columns=["id", "text"]).take(hit)
-                found.update(zip(sub["id"].to_pylist(), sub["text"].to_pylist()))
+        hits = scan_docs(run, "dedup", dropped).filter(pl.col("id").is_in(list(ids))).select("id", "text").collect()
+        found.update(zip(hits["id"].to_list(), hits["text"].to_list()))
     return found
 
 

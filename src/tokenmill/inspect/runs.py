@@ -1,4 +1,5 @@
-"""A run directory: where it is, which stages it holds, and reading a stage's kept or dropped shards as Arrow.
+"""A run directory: where it is, which stages it holds, and reading a stage's kept or dropped shards as Arrow (or
+scanning them as one polars frame).
 
 Every helper of ``tokenmill.inspect`` takes ``run`` (a run folder, the config's ``output``); ``None`` means the
 ``TOKENMILL_RUN`` environment variable, else the demo run ``build/demo/run`` of the repository checkout (or of the
@@ -10,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.errors import TokenmillError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def _repo_root() -> Path:
@@ -95,6 +99,18 @@ def read_docs(run: str | os.PathLike | None, stage: str, dropped: bool = False,
     if not tables:
         return pa.table({c: pa.array([], pa.string()) for c in (columns or ("id", "text", "source"))})
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def scan_docs(run: str | os.PathLike | None, stage: str, dropped: bool = False) -> "pl.LazyFrame":
+    """Every kept (or dropped) document of a stage as one polars ``LazyFrame``, for runs too large to read whole: a
+    query reads only the columns and row groups it needs (``scan_docs(run, "clean").filter(pl.col("source") == "web")
+    .select("id", "text").head(5).collect()``). Rows in file order; columns one shard lacks are null in its rows."""
+    import polars as pl
+
+    files = shard_files(run, stage, dropped)
+    if not files:
+        return pl.LazyFrame(schema={c: pl.String for c in ("id", "text", "source")})
+    return pl.concat([pl.scan_parquet(path) for path in files], how="diagonal_relaxed")
 
 
 def find_doc(run: str | os.PathLike | None, stage: str, doc_id: str) -> dict | None:

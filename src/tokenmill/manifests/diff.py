@@ -9,26 +9,21 @@ previewed ids alone.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any, Iterable
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tokenmill.errors import ManifestError, TokenmillError
 from tokenmill.json_diff import MISSING, flat_changes, flatten
+from tokenmill.manifests.kept import Kept, differences, scan_kept
 from tokenmill.manifests.lineage import lineage_order
 from tokenmill.pipeline.manifest import MANIFEST, content_hash, read_manifest
 from tokenmill.pipeline.stats import NO_SUBSET
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import TEXT_HASH, text_hashes
 from tokenmill.tokenize import tokens_json
-
-log = logging.getLogger(__name__)
 
 TALLY_FIELDS = ("docs_in", "docs_out", "bytes_in", "bytes_out")
 TOKENS_FILE = "tokens.json"
@@ -234,55 +229,6 @@ def shard_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str,
 # ---------------------------------------------------------------------------------------------------------- documents
 
 
-class _Ids:
-    """The `id` and `text_hash` columns of some kept shards of one stage, per source, read one shard at a time.
-
-    A shard written before schema version 2 has no `text_hash`; its texts are read and hashed the same way instead
-    (`documents.text_hashes`), and a warning says so.
-    """
-
-    def __init__(self, fs, stage_dir: str, entries: list[dict[str, Any]]):
-        self.fs, self.stage_dir = fs, stage_dir
-        self.by_source: dict[str, list[tuple[dict[str, Any], pa.Array, pa.Array]]] = {}
-        rehashed = 0
-        for entry in entries:
-            path = storage.join(stage_dir, entry["path"])
-            try:
-                names = pq.read_schema(path, filesystem=fs).names
-                if TEXT_HASH in names:
-                    table = pq.read_table(path, columns=["id", TEXT_HASH], filesystem=fs)
-                    hashes = table.column(TEXT_HASH).combine_chunks()
-                else:
-                    table = pq.read_table(path, columns=["id", "text"], filesystem=fs)
-                    hashes = text_hashes(table.column("text"))
-                    rehashed += 1
-                ids = table.column("id").combine_chunks()
-            except (OSError, pa.ArrowInvalid, ValueError) as err:
-                raise ManifestError(f"{path}: the manifest names this shard but it cannot be read: {err}") from None
-            self.by_source.setdefault(entry["source"], []).append((entry, ids, hashes.cast(pa.uint64())))
-        if rehashed:
-            log.warning("%s: %d shard(s) have no %s column (written before schema version 2); hashed their texts "
-                        "to compare them", stage_dir, rehashed, TEXT_HASH)
-
-    def all(self, source: str) -> pa.Array:
-        arrays = [ids for _, ids, _ in self.by_source.get(source, [])]
-        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string())
-
-    def hashes(self, source: str) -> pa.Array:
-        """The text hashes, in the order of `all`."""
-        arrays = [hashes for _, _, hashes in self.by_source.get(source, [])]
-        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.uint64())
-
-    def shards_holding(self, source: str, ids: list[str]) -> list[tuple[dict[str, Any], list[str]]]:
-        wanted = pa.array(ids, pa.string())
-        out = []
-        for entry, column, _ in self.by_source.get(source, []):
-            found = column.filter(pc.is_in(column, value_set=wanted)).to_pylist()
-            if found:
-                out.append((entry, found))
-        return out
-
-
 def _read_texts(fs, stage_dir: str, held: list[tuple[dict[str, Any], list[str]]]) -> dict[str, str]:
     """The texts of these ids only (a filtered read of each shard that holds some); the first one for a repeated id."""
     out: dict[str, str] = {}
@@ -316,25 +262,6 @@ def text_change(a: str, b: str) -> dict[str, Any]:
             "b": {"chars": len(b), "excerpt": b[start:position + EXCERPT_AFTER]}}
 
 
-def _changed_ids(ids_a: _Ids, ids_b: _Ids, source: str) -> pa.Array:
-    """Ids kept in both runs whose text differs: an (id, text hash) pair in one run that the other lacks.
-
-    Each id once, in order of first occurrence (A's rows, then B's). An id that occurs several times in a source with
-    the same text hashes in both runs, in any order, is not changed. Two single-threaded group-bys (stable order),
-    then a probe of the ids in both runs against the few one-sided pairs.
-    """
-    a, b = ids_a.all(source), ids_b.all(source)
-    rows = pa.table({"id": pa.concat_arrays([a, b]),
-                     "h": pa.concat_arrays([ids_a.hashes(source), ids_b.hashes(source)]),
-                     "side": np.concatenate([np.zeros(len(a), np.int8), np.ones(len(b), np.int8)])})
-    sides = [("side", "min"), ("side", "max")]
-    pairs = rows.group_by(["id", "h"], use_threads=False).aggregate(sides)
-    one_sided = pairs.filter(pc.equal(pairs["side_min"], pairs["side_max"])).column("id")
-    ids = rows.group_by("id", use_threads=False).aggregate(sides)
-    in_both = ids.filter(pc.not_equal(ids["side_min"], ids["side_max"])).column("id").combine_chunks()
-    return in_both.filter(pc.is_in(in_both, value_set=one_sided.combine_chunks()))
-
-
 def _drop_reasons(fs, stage_dir: str, entries: list[dict[str, Any]], source: str, ids: list[str]) -> dict[str, str]:
     """Why these ids were dropped at this stage, from its dropped shards of `source` (id and drop_reason only)."""
     out: dict[str, str] = {}
@@ -354,41 +281,53 @@ def _drop_reasons(fs, stage_dir: str, entries: list[dict[str, Any]], source: str
     return out
 
 
+def _held(kept: Kept, first: list[tuple]) -> list[tuple[dict[str, Any], list[str]]]:
+    """The shards holding these (id, at, ...) rows, each with its ids: what `_read_texts` reads."""
+    held: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for doc_id, at, *_ in first:
+        entry = kept.shard_of(at)
+        held.setdefault(entry["path"], (entry, []))[1].append(doc_id)
+    return list(held.values())
+
+
 def document_changes(fs_a, dir_a: str, content_a: dict[str, Any], fs_b, dir_b: str, content_b: dict[str, Any],
                      examples: int = 3) -> list[dict[str, Any]]:
     """Per source: documents kept in A and not in B (removed), in B and not in A (added), and kept in both with a
     different text under the same id (changed), with a few examples of each.
 
     Only shards whose content hash differs (or that one run lacks) are read, and only their `id` and `text_hash`
-    columns. A removed or added example carries the first characters of its text and, when the other run dropped it
-    at this stage, the reason; a changed one where the texts first differ and an excerpt of each (`text_change`).
+    columns (`kept.differences`). A removed or added example carries the first characters of its text and, when the
+    other run dropped it at this stage, the reason; a changed one where the texts first differ and an excerpt of each
+    (`text_change`).
     """
     sa, sb = {s["path"]: s for s in content_a["shards"]}, {s["path"]: s for s in content_b["shards"]}
     same = {p for p in set(sa) & set(sb) if sa[p].get("content_hash") == sb[p].get("content_hash")}
-    ids_a = _Ids(fs_a, dir_a, [s for p, s in sorted(sa.items()) if p not in same])
-    ids_b = _Ids(fs_b, dir_b, [s for p, s in sorted(sb.items()) if p not in same])
+    by_source: dict[str, tuple[list, list]] = {}
+    for side, shards in enumerate((sa, sb)):
+        for path, entry in sorted(shards.items()):
+            if path not in same:
+                by_source.setdefault(entry["source"], ([], []))[side].append(entry)
     out = []
-    for source in sorted(set(ids_a.by_source) | set(ids_b.by_source)):
-        all_a, all_b = ids_a.all(source), ids_b.all(source)
-        removed = all_a.filter(pc.invert(pc.is_in(all_a, value_set=all_b)))
-        added = all_b.filter(pc.invert(pc.is_in(all_b, value_set=all_a)))
-        changed = _changed_ids(ids_a, ids_b, source)
-        if not len(removed) and not len(added) and not len(changed):
+    for source, (entries_a, entries_b) in sorted(by_source.items()):
+        kept_a, kept_b = scan_kept(fs_a, dir_a, entries_a), scan_kept(fs_b, dir_b, entries_b)
+        found = differences(kept_a, kept_b, examples)
+        if not found.removed and not found.added and not found.changed:
             continue
-        row: dict[str, Any] = {"source": source, "removed": len(removed), "added": len(added),
-                               "changed": len(changed)}
-        for name, ids, mine, fs, stage_dir, other_fs, other_dir, other_content in (
-                ("removed", removed, ids_a, fs_a, dir_a, fs_b, dir_b, content_b),
-                ("added", added, ids_b, fs_b, dir_b, fs_a, dir_a, content_a)):
-            few = ids.slice(0, examples).to_pylist()
-            previews = _previews(fs, stage_dir, mine.shards_holding(source, few)) if few else {}
+        row: dict[str, Any] = {"source": source, "removed": found.removed, "added": found.added,
+                               "changed": found.changed}
+        for name, first, kept, fs, stage_dir, other_fs, other_dir, other_content in (
+                ("removed", found.removed_first, kept_a, fs_a, dir_a, fs_b, dir_b, content_b),
+                ("added", found.added_first, kept_b, fs_b, dir_b, fs_a, dir_a, content_a)):
+            few = [doc_id for doc_id, _ in first]
+            previews = _previews(fs, stage_dir, _held(kept, first)) if few else {}
             reasons = _drop_reasons(other_fs, other_dir, other_content["shards"], source, few)
             row[f"{name}_examples"] = [{"id": i, "preview": previews.get(i, ""), "other_run_drop_reason": reasons.get(i)}
                                        for i in few]
-        few = changed.slice(0, examples).to_pylist()
-        texts_a = _read_texts(fs_a, dir_a, ids_a.shards_holding(source, few)) if few else {}
-        texts_b = _read_texts(fs_b, dir_b, ids_b.shards_holding(source, few)) if few else {}
-        row["changed_examples"] = [{"id": i, **text_change(texts_a.get(i, ""), texts_b.get(i, ""))} for i in few]
+        first = found.changed_first
+        texts_a = _read_texts(fs_a, dir_a, _held(kept_a, first)) if first else {}
+        texts_b = _read_texts(fs_b, dir_b, _held(kept_b, [(i, at_b) for i, _, at_b in first])) if first else {}
+        row["changed_examples"] = [{"id": i, **text_change(texts_a.get(i, ""), texts_b.get(i, ""))}
+                                   for i, _, _ in first]
         out.append(row)
     return out
 
