@@ -20,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
-SLOW = {"scale", "ingest_sample", "dedup_scale"}
+SLOW = {"scale", "ingest_sample", "dedup_scale", "dedup_web"}
 
 
 def _load_runner():
