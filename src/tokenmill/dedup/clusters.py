@@ -21,11 +21,16 @@ def _as_edges(edges: np.ndarray) -> np.ndarray:
     return edges.astype(np.uint64, copy=False)
 
 
+def _small(size: int) -> type:
+    """The index dtype for arrays of ``size`` elements: int32 where it fits (half the memory of int64)."""
+    return np.int32 if size < 2**31 else np.int64
+
+
 def _index(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted unique nodes and each edge's endpoints as indices into them."""
+    """Sorted unique nodes and each edge's endpoints as indices into them (int32 where they fit)."""
     nodes = np.unique(edges)
-    u = np.searchsorted(nodes, edges[:, 0])
-    v = np.searchsorted(nodes, edges[:, 1])
+    u = np.searchsorted(nodes, edges[:, 0]).astype(_small(nodes.size))
+    v = np.searchsorted(nodes, edges[:, 1]).astype(_small(nodes.size))
     return nodes, u, v
 
 
@@ -48,7 +53,7 @@ def components(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if edges.shape[0] == 0:
         return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64)
     nodes, u, v = _index(edges)
-    label = np.arange(nodes.size, dtype=np.int64)
+    label = np.arange(nodes.size, dtype=_small(nodes.size))
     while True:
         lu, lv = label[u], label[v]
         differ = lu != lv
@@ -133,16 +138,31 @@ def greedy_keep(
         return {}
     nodes, u, v = _index(edges)
     n = nodes.size
-    # Symmetric adjacency in CSR form; self-loops say nothing about keep/drop.
-    not_loop = u != v
-    src = np.concatenate([u[not_loop], v[not_loop]])
-    dst = np.concatenate([v[not_loop], u[not_loop]])
-    sim = np.concatenate([jaccard[not_loop], jaccard[not_loop]])
-    # Sort by (src, dst, -sim): for a repeated pair the highest Jaccard comes first.
-    by = np.lexsort((-sim, dst, src))
-    src, dst, sim = src[by], dst[by], sim[by]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=offsets[1:])
+    # Each pair once, as (lo, hi), with its highest Jaccard; self-loops say nothing about keep/drop. Sorting by
+    # the key lo * n + hi also orders the pairs by lo, which is half of the adjacency for free.
+    lo, hi = np.minimum(u, v), np.maximum(u, v)
+    del u, v
+    key = lo.astype(np.int64) * n + hi
+    by = np.lexsort((-jaccard, key))
+    key = key[by]
+    first = np.r_[True, key[1:] != key[:-1]] & (lo[by] != hi[by])
+    del key
+    pair = by[first].astype(_small(edges.shape[0]))
+    del by, first
+    lo, hi = lo[pair], hi[pair]
+    # The adjacency as two CSR halves over the same pairs, each 4 bytes an entry where indices fit int32: by lo
+    # (already in that order), the neighbour hi; by hi, the neighbour lo. A kept node drops its undecided
+    # neighbours in either half; each neighbour appears once, so the order within a half does not matter.
+    # (A symmetric CSR of int64 (node, neighbour, Jaccard) triples sorted with lexsort was most of the 3.3 GB the
+    # clusters task reached at 17.8 million edges of a web-like crawl.)
+    lo_start = np.searchsorted(lo, np.arange(n + 1)).tolist()
+    by_hi = np.argsort(hi, kind="stable")
+    hi_sorted = hi[by_hi]
+    hi_start = np.searchsorted(hi_sorted, np.arange(n + 1)).tolist()
+    del hi_sorted
+    lo_nb, lo_pair = hi, pair
+    hi_nb, hi_pair = lo[by_hi], pair[by_hi]
+    del by_hi, lo
 
     try:
         keys = [(order[d], d) for d in nodes.tolist()]
@@ -151,32 +171,29 @@ def greedy_keep(
     visit = sorted(range(n), key=keys.__getitem__)
     del keys
 
-    # Numpy slices per kept node, not Python lists of every edge: the lists cost ~70 bytes an edge (1.5 GB at 10
-    # million edges of a web-like crawl). In a node's run, a repeated neighbour comes first with its highest
-    # Jaccard, so the first undecided occurrence of each neighbour is the one recorded, as the scalar loop did.
-    first_of_run = np.r_[True, (dst[1:] != dst[:-1]) | (src[1:] != src[:-1])]
     decided = np.zeros(n, dtype=bool)
-    offsets_l = offsets.tolist()
-    kept_l, drop_j, drop_sim = [], [], []
+    kept_l, drop_j, drop_pair = [], [], []
     for i in visit:
         if decided[i]:
             continue
         decided[i] = True  # kept
-        lo, hi = offsets_l[i], offsets_l[i + 1]
-        if lo == hi:
-            continue
-        nb = dst[lo:hi]
-        take = first_of_run[lo:hi] & ~decided[nb]
-        if take.any():
-            j = nb[take]
-            decided[j] = True
-            kept_l.append(np.full(j.size, i, dtype=np.int64))
-            drop_j.append(j)
-            drop_sim.append(sim[lo:hi][take])
+        for nbs, pairs, lo_i, hi_i in ((lo_nb, lo_pair, lo_start[i], lo_start[i + 1]),
+                                       (hi_nb, hi_pair, hi_start[i], hi_start[i + 1])):
+            if lo_i == hi_i:
+                continue
+            nb = nbs[lo_i:hi_i]
+            take = ~decided[nb]
+            if take.any():
+                j = nb[take]
+                decided[j] = True
+                kept_l.append(np.full(j.size, i, dtype=np.int64))
+                drop_j.append(j)
+                drop_pair.append(pairs[lo_i:hi_i][take])
     if not drop_j:
         return {}
     kept_by = nodes[np.concatenate(kept_l)].tolist()
-    return dict(zip(nodes[np.concatenate(drop_j)].tolist(), zip(kept_by, np.concatenate(drop_sim).tolist())))
+    sims = jaccard[np.concatenate(drop_pair)].tolist()
+    return dict(zip(nodes[np.concatenate(drop_j)].tolist(), zip(kept_by, sims)))
 
 
 def cluster_table(edges: np.ndarray, dropped: Mapping[int, tuple[int, float]]) -> dict[str, np.ndarray]:

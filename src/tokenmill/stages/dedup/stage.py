@@ -347,26 +347,80 @@ def _unique_edges(pairs: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.n
     return pairs[first], sims[first]
 
 
-def _unique_edge_rows(ctx: TaskContext) -> pa.Table | None:
-    """Every verify task's edges, each (a, b, exact) once: a pair in the buckets of several bands is verified, and
-    written, by the verify task of each band's partition; merged file by file (deduplicated whenever what is read
+_EDGES_PER_BATCH = 1 << 22  # edge rows the clusters task holds at a time (about 100 MB as arrays)
+
+
+def _edge_files(ctx: TaskContext) -> list[str]:
+    return storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/edges"), ".parquet")
+
+
+def _component_index(ctx: TaskContext, files: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every node of the edges with its component (its smallest node), merged file by file so that only the nodes
+    and one file's edges are held: the components so far enter as (node, root) edges. Also the rows read."""
+    nodes = comp = np.zeros(0, np.uint64)
+    rows = 0
+    for path in files:
+        table = pq.read_table(path, columns=["a", "b"], filesystem=ctx.fs)
+        rows += table.num_rows
+        found = np.stack([table.column("a").to_numpy(), table.column("b").to_numpy()], axis=1)
+        nodes, comp = components(np.concatenate([found.reshape(-1, 2), np.stack([nodes, comp], axis=1)]))
+    return nodes, comp, rows
+
+
+def _batch_of(component: np.ndarray, batches: int) -> np.ndarray:
+    """A component's batch: a multiplicative hash of its root, so batches hold about equal shares of the edges."""
+    return ((component * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) % np.uint64(batches)
+
+
+def _unique_edge_rows(tables) -> pa.Table | None:
+    """The edges of ``tables``, each (a, b, exact) once: a pair in the buckets of several bands is verified, and
+    written, by the verify task of each band's partition; merged table by table (deduplicated whenever what is read
     since outgrows what is kept), so the task holds about the distinct edges, not every copy (up to one per band)."""
-    files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/edges"), ".parquet")
     kept: pa.Table | None = None
     pending: list[pa.Table] = []
-    for i, path in enumerate(files):
-        pending.append(pq.read_table(path, filesystem=ctx.fs))
-        if i + 1 < len(files) and sum(t.num_rows for t in pending) < max(kept.num_rows if kept else 0, 1 << 20):
-            continue
+
+    def merge() -> pa.Table:
         table = pa.concat_tables(([kept] if kept is not None else []) + pending)
-        pending = []
         a, b = table.column("a").to_numpy(), table.column("b").to_numpy()
         exact = table.column("exact").to_numpy(zero_copy_only=False)
         order = np.lexsort((exact, b, a))
         a, b, exact = a[order], b[order], exact[order]
         first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (exact[1:] != exact[:-1])] if a.size else []
-        kept = table.take(pa.array(order[first], pa.int64())).combine_chunks()
+        return table.take(pa.array(order[first], pa.int64())).combine_chunks()
+
+    for table in tables:
+        pending.append(table)
+        if sum(t.num_rows for t in pending) >= max(kept.num_rows if kept else 0, 1 << 20):
+            kept, pending = merge(), []
+    if pending:
+        kept = merge()
     return kept
+
+
+def _batch_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, comp: np.ndarray, batches: int, batch: int):
+    """Each edge file's rows whose component falls in ``batch``, one file at a time."""
+    for path in files:
+        table = pq.read_table(path, filesystem=ctx.fs)
+        if batches > 1:
+            a = table.column("a").to_numpy()
+            mine = _batch_of(comp[np.searchsorted(nodes, a)], batches) == np.uint64(batch)
+            table = table.filter(pa.array(mine))
+        yield table
+
+
+def _decide(edges: pa.Table, order: Mapping[int, tuple]) -> dict[int, tuple[str, int, float]]:
+    """Removed document -> (reason, kept document, Jaccard) over whole components' edges: exact duplicates first
+    (one kept per hash), then the near-duplicate choice among the documents that are left."""
+    a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
+    jac, exact = edges.column("jaccard").to_numpy(), edges.column("exact").to_numpy(zero_copy_only=False)
+    pairs = np.stack([a, b], axis=1)
+    removed = greedy_keep(pairs[exact], jac[exact], order)
+    decisions = {node: ("exact_duplicate", by, j) for node, (by, j) in removed.items()}
+    gone = np.fromiter(removed, np.uint64, len(removed))
+    near = ~exact & ~np.isin(a, gone) & ~np.isin(b, gone)
+    for node, (by, j) in greedy_keep(pairs[near], jac[near], order).items():
+        decisions[node] = ("near_duplicate", by, j)
+    return decisions
 
 
 class Clusters(Phase):
@@ -382,24 +436,22 @@ class Clusters(Phase):
                                         "paths": [s["path"] for s in ctx.input_shards]})]
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        edges = _unique_edge_rows(ctx)
+        # Components first, streamed over the edge files (nodes only); then the keep/drop choice one batch of
+        # components at a time, each batch's edges read again from the files. Components are independent, so
+        # this decides exactly what one pass over every edge would, holding about _EDGES_PER_BATCH edges.
+        files = _edge_files(ctx)
+        nodes, comp, rows = _component_index(ctx, files)
         shards = task.params["shards"]
         decisions: dict[int, tuple[str, int, float]] = {}
-        cluster_of: dict[int, int] = {}
-        members: dict[int, tuple[str, int, str]] = {}
-        if edges is not None and edges.num_rows:
-            a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
-            jac, exact = edges.column("jaccard").to_numpy(), edges.column("exact").to_numpy(zero_copy_only=False)
-            members = self._members(ctx, shards, task.params["paths"], np.unique(np.r_[a, b]))
-            order = self._order(stage.config.keep, members)
-            pairs = np.stack([a, b], axis=1)
-            for node, (by, j) in greedy_keep(pairs[exact], jac[exact], order).items():
-                decisions[node] = ("exact_duplicate", by, j)
-            near = ~exact & ~np.isin(a, list(decisions)) & ~np.isin(b, list(decisions))
-            for node, (by, j) in greedy_keep(pairs[near], jac[near], order).items():
-                decisions[node] = ("near_duplicate", by, j)
-            comp_nodes, comp = components(pairs)
-            cluster_of = dict(zip(comp_nodes.tolist(), comp.tolist()))
+        members = self._members(ctx, shards, task.params["paths"], nodes) if nodes.size else {}
+        order = self._order(stage.config.keep, members)
+        batches = max(1, -(-rows // _EDGES_PER_BATCH))
+        for batch in range(batches):
+            edges = _unique_edge_rows(_batch_edges(ctx, files, nodes, comp, batches, batch))
+            if edges is None or not edges.num_rows:
+                continue
+            decisions.update(_decide(edges, order))
+        cluster_of = dict(zip(nodes.tolist(), comp.tolist()))
         ids = {doc: m[0] for doc, m in members.items()}
         sources = {doc: m[2] for doc, m in members.items()}
         by_shard: dict[int, list[int]] = {}
