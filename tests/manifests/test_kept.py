@@ -15,28 +15,15 @@ import pytest
 from tokenmill.manifests.diff import diff_runs, text_change
 from tokenmill.manifests.kept import differences, scan_kept
 from tokenmill.pipeline.config_base import StageConfig
-from tokenmill.pipeline.contract import RunContext, Stage
+from tokenmill.pipeline.contract import RunContext
 from tokenmill.pipeline.documents import TEXT_HASH, read_shard, shard_bytes
 from tokenmill.pipeline.manifest import build_content
 from tokenmill.pipeline.map_phase import split_and_write
 from tokenmill.pipeline import storage
+from tests.manifests.test_diff_text import Folder, Written
 
 SOURCES = ("books", "web", "wiki")
 SHARDS = 4
-
-
-class Written(Stage):
-    name = "clean"
-    drop_reasons = ("too_short",)
-
-
-class Folder:
-    def __init__(self, root: Path):
-        self.root = root
-
-    def write(self, relpath: str, data: bytes) -> None:
-        (self.root / relpath).parent.mkdir(parents=True, exist_ok=True)
-        (self.root / relpath).write_bytes(data)
 
 
 def write_stage(root: Path, shards: dict[str, list[tuple[str, str]]]) -> Path:
