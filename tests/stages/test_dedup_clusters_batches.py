@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from tokenmill.dedup.clusters import components
+from tokenmill.dedup.clusters import components, greedy_keep, ranked
+from tokenmill.stages.dedup import stage as dedup_stage
 from tokenmill.stages.dedup.stage import _batch_edges, _component_index, _decide, _edge_files, _unique_edge_rows
 
 
@@ -32,7 +33,7 @@ def _web_like_edges(rng: np.random.Generator) -> pa.Table:
                      "jaccard": pa.array(jaccard, pa.float64()), "exact": pa.array(exact)})
 
 
-def test_batches_of_components_decide_what_one_pass_over_every_edge_decides(tmp_path):
+def test_batches_of_components_decide_what_one_pass_over_every_edge_decides(tmp_path, monkeypatch):
     rng = np.random.default_rng(19)
     edges = _web_like_edges(rng)
     # Spread over 12 files, a third of the rows again in a second file (a pair verified in several partitions).
@@ -53,19 +54,63 @@ def test_batches_of_components_decide_what_one_pass_over_every_edge_decides(tmp_
     assert len(set(comp.tolist())) > 100
 
     key = {int(d): (int(rng.integers(0, 3)), int(d)) for d in nodes}  # ties on the first rule: broken by doc
-    whole = _unique_edge_rows(_batch_edges(ctx, files, nodes, comp, 1, 0))
+    rank = np.empty(nodes.size, np.int64)
+    rank[sorted(range(nodes.size), key=lambda i: (key[int(nodes[i])], int(nodes[i])))] = np.arange(nodes.size)
+    visit = ranked(nodes, rank)
+
+    def decisions(edges: pa.Table) -> dict:
+        gone, reason, by, sims = _decide(edges, visit)
+        return {d: ("exact_duplicate" if r == 0 else "near_duplicate", k, j)
+                for d, r, k, j in zip(gone.tolist(), reason.tolist(), by.tolist(), sims.tolist())}
+
+    whole = _unique_edge_rows(_batch_edges(ctx, files, nodes, np.zeros(nodes.size, np.int64), 0))
     assert whole.num_rows < copies.num_rows
-    want = _decide(whole, key)
+    want = decisions(whole)
     assert sum(r == "exact_duplicate" for r, _, _ in want.values()) > 50
     assert sum(r == "near_duplicate" for r, _, _ in want.values()) > 50
-    for batches in (2, 7):
+    # The array path decides what greedy_keep over the same sort keys decides, on the exact edges.
+    exact = whole.filter(whole.column("exact"))
+    pairs = np.stack([exact.column("a").to_numpy(), exact.column("b").to_numpy()], 1)
+    assert {d: (k, j) for d, (r, k, j) in want.items() if r == "exact_duplicate"} == greedy_keep(
+        pairs, exact.column("jaccard").to_numpy(), key)
+    sizes = np.bincount(np.searchsorted(nodes, comp))
+    for budget in (whole.num_rows // 2, whole.num_rows // 7, int(sizes.max()) - 1):
+        monkeypatch.setattr(dedup_stage, "_EDGES_PER_BATCH", budget)
+        batch_of = dedup_stage._batches(ctx, files, nodes, comp)
+        batches = int(batch_of.max()) + 1
+        assert batches >= 2
         got, seen = {}, []
         for batch in range(batches):
-            part_edges = _unique_edge_rows(_batch_edges(ctx, files, nodes, comp, batches, batch))
-            got.update(_decide(part_edges, key))
+            part_edges = _unique_edge_rows(_batch_edges(ctx, files, nodes, batch_of, batch))
+            got.update(decisions(part_edges))
             ends = np.r_[part_edges.column("a").to_numpy(), part_edges.column("b").to_numpy()]
             seen.append(set(comp[np.searchsorted(nodes, ends)].tolist()))
             assert 0 < part_edges.num_rows < whole.num_rows
         # Every component whole in exactly one batch, every distinct edge once, the same decisions.
         assert sum(len(s) for s in seen) == len(set().union(*seen)) == len(set(comp.tolist()))
         assert got == want
+        # A component with more edge rows than the budget shares its batch with no other component.
+        big = comp[np.argmax(sizes)]
+        alone = [s for s in seen if big in s][0]
+        assert alone == {big} or budget >= int(sizes.max())
+
+
+def test_rank_over_arrays_is_the_order_of_the_keep_rules():
+    """The array rank that the clusters task visits documents in equals the Python sort keys of `_order` for every
+    rule set, ids beyond ASCII included (Arrow compares UTF-8 bytes, Python code points: the same order)."""
+    from tokenmill.stages.dedup.stage import Clusters
+
+    rng = np.random.default_rng(7)
+    alphabet = ["a", "z", "é", "\uffff", "𝔸", "中", "0"]
+    n = 400
+    nodes = np.sort(rng.choice(1 << 40, n, replace=False)).astype(np.uint64)
+    ids = ["".join(rng.choice(alphabet, int(rng.integers(1, 4)))) for _ in range(n)]  # many equal ids
+    lengths = rng.integers(0, 5, n)  # many equal lengths
+    members = pa.table({"id": pa.array(ids, pa.string()), "length": pa.array(lengths, pa.int64()),
+                        "source": pa.array(["s"] * n, pa.string())})
+    as_dict = {int(d): (i, int(k), "s") for d, i, k in zip(nodes, ids, lengths)}
+    for keep in (["longest", "lowest_id"], ["shortest"], ["lowest_id"], ["longest"]):
+        order = Clusters._order(keep, as_dict)
+        want = sorted(range(n), key=lambda i: (order[int(nodes[i])], int(nodes[i])))
+        got = ranked(nodes, Clusters._rank(keep, members, nodes))(nodes)
+        assert got.tolist() == want, keep

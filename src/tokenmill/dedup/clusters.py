@@ -5,11 +5,11 @@ Edges are an ``(m, 2)`` array of document references (``uint64``), each a verifi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["components", "greedy_keep", "cluster_table", "over_cap_groups"]
+__all__ = ["components", "greedy_keep", "greedy_drops", "ranked", "cluster_table", "over_cap_groups"]
 
 
 def _as_edges(edges: np.ndarray) -> np.ndarray:
@@ -130,12 +130,49 @@ def greedy_keep(
         ``{dropped node: (kept_by node, jaccard)}`` with Python ``int`` nodes and ``float`` Jaccards. Kept nodes are
         the nodes of ``edges`` not in the result. The result does not depend on the order of the edges.
     """
+
+    def visit(nodes: np.ndarray) -> np.ndarray:
+        try:
+            keys = [(order[d], d) for d in nodes.tolist()]
+        except KeyError as exc:
+            raise KeyError(f"order has no sort key for node {exc.args[0]}") from None
+        return np.array(sorted(range(nodes.size), key=keys.__getitem__), dtype=np.int64)
+
+    dropped, kept_by, sims = greedy_drops(edges, jaccard, visit)
+    return dict(zip(dropped.tolist(), zip(kept_by.tolist(), sims.tolist())))
+
+
+def ranked(nodes: np.ndarray, rank: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A :func:`greedy_drops` visit order from a rank per node: ``rank[i]`` (distinct integers, smaller first) is
+    the rank of ``nodes[i]`` (sorted, unique, a superset of the edges' nodes)."""
+
+    def visit(of: np.ndarray) -> np.ndarray:
+        at = np.searchsorted(nodes, of)
+        if of.size and (at.max() >= nodes.size or not np.array_equal(nodes[at], of)):
+            missing = of[(at >= nodes.size) | (nodes[np.minimum(at, nodes.size - 1)] != of)][0]
+            raise KeyError(f"order has no sort key for node {int(missing)}")
+        return np.argsort(rank[at], kind="stable")
+
+    return visit
+
+
+def greedy_drops(
+    edges: np.ndarray,
+    jaccard: np.ndarray,
+    visit: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`greedy_keep` over arrays, for millions of nodes: ``visit(nodes)`` gives the order (indices into the
+    sorted unique ``nodes`` of the edges) in which documents are visited, e.g. :func:`ranked`.
+
+    Returns:
+        ``(dropped, kept_by, jaccard)``: ``uint64``, ``uint64`` and ``float64`` arrays, one row per dropped node.
+    """
     edges = _as_edges(edges)
     jaccard = np.asarray(jaccard, dtype=np.float64).reshape(-1)
     if jaccard.size != edges.shape[0]:
         raise ValueError(f"jaccard must have one value per edge: {jaccard.size} values, {edges.shape[0]} edges")
     if edges.shape[0] == 0:
-        return {}
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.float64)
     nodes, u, v = _index(edges)
     n = nodes.size
     # Each pair once, as (lo, hi), with its highest Jaccard; self-loops say nothing about keep/drop. Sorting by
@@ -164,16 +201,11 @@ def greedy_keep(
     hi_nb, hi_pair = lo[by_hi], pair[by_hi]
     del by_hi, lo
 
-    try:
-        keys = [(order[d], d) for d in nodes.tolist()]
-    except KeyError as exc:
-        raise KeyError(f"order has no sort key for node {exc.args[0]}") from None
-    visit = sorted(range(n), key=keys.__getitem__)
-    del keys
+    visit_order = visit(nodes).tolist()
 
     decided = np.zeros(n, dtype=bool)
     kept_l, drop_j, drop_pair = [], [], []
-    for i in visit:
+    for i in visit_order:
         if decided[i]:
             continue
         decided[i] = True  # kept
@@ -190,10 +222,8 @@ def greedy_keep(
                 drop_j.append(j)
                 drop_pair.append(pairs[lo_i:hi_i][take])
     if not drop_j:
-        return {}
-    kept_by = nodes[np.concatenate(kept_l)].tolist()
-    sims = jaccard[np.concatenate(drop_pair)].tolist()
-    return dict(zip(nodes[np.concatenate(drop_j)].tolist(), zip(kept_by, sims)))
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.float64)
+    return nodes[np.concatenate(drop_j)], nodes[np.concatenate(kept_l)], jaccard[np.concatenate(drop_pair)]
 
 
 def cluster_table(edges: np.ndarray, dropped: Mapping[int, tuple[int, float]]) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.dedup.candidates import candidate_pairs, exact_pairs
-from tokenmill.dedup.clusters import components, greedy_keep, over_cap_groups
+from tokenmill.dedup.clusters import components, greedy_drops, over_cap_groups, ranked
 from tokenmill.dedup.leaders import cluster_bucket
 from tokenmill.dedup.lsh import band_keys, choose_bands
 from tokenmill.dedup.minhash import MinHasher
@@ -367,9 +367,24 @@ def _component_index(ctx: TaskContext, files: list[str]) -> tuple[np.ndarray, np
     return nodes, comp, rows
 
 
-def _batch_of(component: np.ndarray, batches: int) -> np.ndarray:
-    """A component's batch: a multiplicative hash of its root, so batches hold about equal shares of the edges."""
-    return ((component * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) % np.uint64(batches)
+def _batches(ctx: TaskContext, files: list[str], nodes: np.ndarray, comp: np.ndarray) -> np.ndarray:
+    """Each node's batch: whole components packed in order of their root into batches of about _EDGES_PER_BATCH
+    edge rows (counted over the files, copies included); a component larger than that gets a batch of its own,
+    so one crawl-wide boilerplate cluster never shares its batch (and the peak memory) with others."""
+    root = np.searchsorted(nodes, comp)
+    rows = np.zeros(nodes.size, np.int64)
+    for path in files:
+        a = pq.read_table(path, columns=["a"], filesystem=ctx.fs).column("a").to_numpy()
+        rows += np.bincount(root[np.searchsorted(nodes, a)], minlength=nodes.size)
+    roots = np.flatnonzero(rows)
+    batch_of_root = np.zeros(nodes.size, np.int64)
+    batch, fill = 0, 0
+    for r, size in zip(roots.tolist(), rows[roots].tolist()):
+        if fill and fill + size > _EDGES_PER_BATCH:
+            batch, fill = batch + 1, 0
+        batch_of_root[r] = batch
+        fill += size
+    return batch_of_root[root]
 
 
 def _unique_edge_rows(tables) -> pa.Table | None:
@@ -397,30 +412,34 @@ def _unique_edge_rows(tables) -> pa.Table | None:
     return kept
 
 
-def _batch_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, comp: np.ndarray, batches: int, batch: int):
-    """Each edge file's rows whose component falls in ``batch``, one file at a time."""
+def _batch_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, batch_of: np.ndarray, batch: int):
+    """Each edge file's rows whose component falls in ``batch`` (``batch_of``: each node's batch), one file at a
+    time."""
+    last = int(batch_of.max()) if batch_of.size else 0
     for path in files:
         table = pq.read_table(path, filesystem=ctx.fs)
-        if batches > 1:
+        if last:
             a = table.column("a").to_numpy()
-            mine = _batch_of(comp[np.searchsorted(nodes, a)], batches) == np.uint64(batch)
-            table = table.filter(pa.array(mine))
+            table = table.filter(pa.array(batch_of[np.searchsorted(nodes, a)] == batch))
         yield table
 
 
-def _decide(edges: pa.Table, order: Mapping[int, tuple]) -> dict[int, tuple[str, int, float]]:
-    """Removed document -> (reason, kept document, Jaccard) over whole components' edges: exact duplicates first
-    (one kept per hash), then the near-duplicate choice among the documents that are left."""
+_REASONS = pa.array(["exact_duplicate", "near_duplicate", None], pa.string())
+"""Decision codes: 0 and 1 index these reasons, 2 (kept) a null."""
+
+
+def _decide(edges: pa.Table, visit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The removed documents over whole components' edges, as arrays (removed, reason code, kept document,
+    Jaccard): exact duplicates first (one kept per hash), then the near-duplicate choice among the documents that
+    are left."""
     a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
     jac, exact = edges.column("jaccard").to_numpy(), edges.column("exact").to_numpy(zero_copy_only=False)
     pairs = np.stack([a, b], axis=1)
-    removed = greedy_keep(pairs[exact], jac[exact], order)
-    decisions = {node: ("exact_duplicate", by, j) for node, (by, j) in removed.items()}
-    gone = np.fromiter(removed, np.uint64, len(removed))
+    gone, by, sims = greedy_drops(pairs[exact], jac[exact], visit)
     near = ~exact & ~np.isin(a, gone) & ~np.isin(b, gone)
-    for node, (by, j) in greedy_keep(pairs[near], jac[near], order).items():
-        decisions[node] = ("near_duplicate", by, j)
-    return decisions
+    n_gone, n_by, n_sims = greedy_drops(pairs[near], jac[near], visit)
+    return (np.concatenate([gone, n_gone]), np.r_[np.zeros(gone.size, np.int8), np.ones(n_gone.size, np.int8)],
+            np.concatenate([by, n_by]), np.concatenate([sims, n_sims]))
 
 
 class Clusters(Phase):
@@ -438,83 +457,125 @@ class Clusters(Phase):
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         # Components first, streamed over the edge files (nodes only); then the keep/drop choice one batch of
         # components at a time, each batch's edges read again from the files. Components are independent, so
-        # this decides exactly what one pass over every edge would, holding about _EDGES_PER_BATCH edges.
+        # this decides exactly what one pass over every edge would, holding about _EDGES_PER_BATCH edges. Every
+        # per-document value is an array aligned with the sorted nodes (Python objects per document were most of
+        # the task's memory at millions of cluster members).
         files = _edge_files(ctx)
         nodes, comp, rows = _component_index(ctx, files)
         shards = task.params["shards"]
-        decisions: dict[int, tuple[str, int, float]] = {}
-        members = self._members(ctx, shards, task.params["paths"], nodes) if nodes.size else {}
-        order = self._order(stage.config.keep, members)
-        batches = max(1, -(-rows // _EDGES_PER_BATCH))
-        for batch in range(batches):
-            edges = _unique_edge_rows(_batch_edges(ctx, files, nodes, comp, batches, batch))
-            if edges is None or not edges.num_rows:
-                continue
-            decisions.update(_decide(edges, order))
-        cluster_of = dict(zip(nodes.tolist(), comp.tolist()))
-        ids = {doc: m[0] for doc, m in members.items()}
-        sources = {doc: m[2] for doc, m in members.items()}
-        by_shard: dict[int, list[int]] = {}
-        for node in cluster_of:
-            by_shard.setdefault(node >> 32, []).append(node)
-        for index, nodes in sorted(by_shard.items()):
-            nodes.sort()
-            ctx.write(f"_work/decisions/{shards[index]}.parquet", parquet_bytes(pa.table({
-                "doc": pa.array(nodes, pa.uint64()),
-                "reason": pa.array([decisions.get(n, (None,))[0] for n in nodes], pa.string()),
-                "kept_by": pa.array([ids.get(decisions[n][1]) if n in decisions else None for n in nodes], pa.string()),
-                "jaccard": pa.array([decisions[n][2] if n in decisions else None for n in nodes], pa.float64()),
-                "cluster": pa.array([ids[cluster_of[n]] for n in nodes], pa.string()),
-            })))
-        members = sorted(cluster_of, key=lambda n: (cluster_of[n], n))
+        members = self._members(ctx, shards, task.params["paths"], nodes)
+        ids, sources = members.column("id").combine_chunks(), members.column("source").combine_chunks()
+        visit = ranked(nodes, self._rank(stage.config.keep, members, nodes))
+        batch_of = _batches(ctx, files, nodes, comp) if rows > _EDGES_PER_BATCH else np.zeros(nodes.size, np.int64)
+        found = []
+        for batch in range(int(batch_of.max()) + 1 if nodes.size else 0):
+            edges = _unique_edge_rows(_batch_edges(ctx, files, nodes, batch_of, batch))
+            if edges is not None and edges.num_rows:
+                found.append(_decide(edges, visit))
+        # Per node: its decision code (2 = kept), the index of the document that removed it, and the Jaccard.
+        code = np.full(nodes.size, 2, np.int8)
+        by = np.zeros(nodes.size, np.int64)
+        jaccard = np.zeros(nodes.size, np.float64)
+        for gone, reason, kept_by, sims in found:
+            at = np.searchsorted(nodes, gone)
+            code[at], by[at], jaccard[at] = reason, np.searchsorted(nodes, kept_by), sims
+        dropped = code != 2
+        root = np.searchsorted(nodes, comp)
+
+        def columns(rows: np.ndarray) -> dict[str, pa.Array]:
+            drop = dropped[rows]
+            return {
+                "reason": _REASONS.take(pa.array(code[rows], pa.int8())),
+                "kept_by": ids.take(pa.array(by[rows], pa.int64(), mask=~drop)),
+                "jaccard": pa.array(jaccard[rows], pa.float64(), mask=~drop),
+                "cluster": ids.take(pa.array(root[rows], pa.int64())),
+            }
+
+        shard_of = (nodes >> np.uint64(32)).astype(np.int64)
+        cuts = np.flatnonzero(np.r_[True, shard_of[1:] != shard_of[:-1]]) if nodes.size else np.zeros(0, np.int64)
+        for start, stop in zip(cuts.tolist(), [*cuts[1:].tolist(), nodes.size]):
+            rows = np.arange(start, stop)
+            ctx.write(f"_work/decisions/{shards[shard_of[start]]}.parquet", parquet_bytes(pa.table({
+                "doc": pa.array(nodes[rows], pa.uint64()), **columns(rows)})))
+        # clusters.parquet: members by (cluster, document).
+        order = np.lexsort((nodes, comp))
+        cols = columns(order)
         ctx.write("clusters.parquet", parquet_bytes(pa.table({
-            "cluster": pa.array([ids[cluster_of[n]] for n in members], pa.string()),
-            "id": pa.array([ids[n] for n in members], pa.string()),
-            "source": pa.array([sources[n] for n in members], pa.string()),
-            "kept": pa.array([n not in decisions for n in members]),
-            "reason": pa.array([decisions.get(n, (None,))[0] for n in members], pa.string()),
-            "removed_by": pa.array([ids.get(decisions[n][1]) if n in decisions else None for n in members], pa.string()),
-            "jaccard": pa.array([decisions[n][2] if n in decisions else None for n in members], pa.float64()),
+            "cluster": cols["cluster"],
+            "id": ids.take(pa.array(order, pa.int64())),
+            "source": sources.take(pa.array(order, pa.int64())),
+            "kept": pa.array(~dropped[order]),
+            "reason": cols["reason"],
+            "removed_by": cols["kept_by"],
+            "jaccard": cols["jaccard"],
         })))
-        # Per source of the document each cluster keeps: how many clusters, and how large.
-        members_of = Counter(cluster_of.values())
-        kept_of: dict[int, int] = {}
-        for node in sorted(cluster_of):
-            if node not in decisions:
-                kept_of.setdefault(cluster_of[node], node)
-        per_source: dict[str, Counter] = {}
-        for root, size in members_of.items():
-            per_source.setdefault(sources[kept_of.get(root, root)], Counter())[size] += 1
         return {
-            "clusters": len(members_of),
-            "by_source": {s: {"clusters": sum(c.values()), "size_histogram": {str(k): v for k, v in sorted(c.items())}}
-                          for s, c in sorted(per_source.items())},
-            "exact_duplicates": sum(d[0] == "exact_duplicate" for d in decisions.values()),
-            "near_duplicates": sum(d[0] == "near_duplicate" for d in decisions.values()),
+            "clusters": int(np.unique(comp).size),
+            "by_source": self._by_source(comp[order], order, dropped[order], root[order], sources),
+            "exact_duplicates": int((code == 0).sum()),
+            "near_duplicates": int((code == 1).sum()),
         }
 
     @staticmethod
-    def _members(ctx: TaskContext, shards: list[str], paths: list[str], nodes: np.ndarray
-                 ) -> dict[int, tuple[str, int, str]]:
-        """(id, length, source) of the documents in edges, only those: id and source from the input shards (only
-        those columns and row groups), the length from the signatures phase's `_work/docs`; each shard once."""
-        members = {}
-        for index, docs, rows in _rows_by_shard(nodes):
+    def _by_source(comp: np.ndarray, rows: np.ndarray, dropped: np.ndarray, root: np.ndarray, sources: pa.Array
+                   ) -> dict[str, dict]:
+        """Per source of the document each cluster keeps (its smallest kept member, else its root): how many
+        clusters, and how large. The arguments are members sorted by (cluster, document)."""
+        if not comp.size:
+            return {}
+        starts = np.flatnonzero(np.r_[True, comp[1:] != comp[:-1]])
+        sizes = np.diff(np.r_[starts, comp.size])
+        keeper = root[starts]  # the root, where no member is kept
+        kept_at = np.flatnonzero(~dropped)
+        first_kept = np.unique(comp[kept_at], return_index=True)
+        keeper[np.searchsorted(comp[starts], first_kept[0])] = rows[kept_at[first_kept[1]]]
+        counts = pa.table({"source": sources.take(pa.array(keeper, pa.int64())), "size": sizes}).group_by(
+            ["source", "size"]).aggregate([([], "count_all")]).to_pydict()
+        per_source: dict[str, dict[int, int]] = {}
+        for source, size, count in zip(counts["source"], counts["size"], counts["count_all"]):
+            per_source.setdefault(source, {})[size] = count
+        return {s: {"clusters": sum(c.values()), "size_histogram": {str(k): v for k, v in sorted(c.items())}}
+                for s, c in sorted(per_source.items())}
+
+    @staticmethod
+    def _members(ctx: TaskContext, shards: list[str], paths: list[str], nodes: np.ndarray) -> pa.Table:
+        """(id, length, source) of the documents in edges, only those, one row per node in the order of `nodes`:
+        id and source from the input shards (only those columns and row groups), the length from the signatures
+        phase's `_work/docs`; each shard once."""
+        parts = []
+        for index, _, rows in _rows_by_shard(nodes):
             table = _read_rows(ctx, storage.join(ctx.input_dir, paths[index]), rows, ["id", "source"])
             lengths = _read_rows(ctx, storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), rows,
-                                 ["length"]).column("length").to_pylist()
-            members.update(zip(docs.tolist(), zip(table.column("id").to_pylist(), lengths,
-                                                  table.column("source").to_pylist())))
-        return members
+                                 ["length"]).column("length")
+            parts.append(pa.table({"id": table.column("id").cast(pa.string()), "length": lengths.cast(pa.int64()),
+                                   "source": table.column("source").cast(pa.string())}))
+        schema = pa.schema({"id": pa.string(), "length": pa.int64(), "source": pa.string()})
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     @staticmethod
     def _order(keep: list[str], members: Mapping[int, tuple[str, int, str]]) -> dict[int, tuple]:
-        """Sort key per document from the `keep` rules (smaller first), ties broken by id, then reference."""
+        """Sort key per document from the `keep` rules (smaller first), ties broken by id, then reference (verify's
+        order for the documents of over-cap buckets; :meth:`_rank` is the same order over arrays)."""
         order = {}
         for doc, (doc_id, length, _) in members.items():
             key = [-length if rule == "longest" else length if rule == "shortest" else doc_id for rule in keep]
             order[doc] = (*key, doc_id, doc)
         return order
+
+    @staticmethod
+    def _rank(keep: list[str], members: pa.Table, nodes: np.ndarray) -> np.ndarray:
+        """Each node's place in the visit order from the `keep` rules (smaller first), ties broken by id, then
+        reference: one Arrow sort (strings compare as UTF-8 bytes, the same order as Python's code points)."""
+        length = members.column("length").to_numpy()
+        keys = {}
+        for i, rule in enumerate(keep):
+            keys[f"k{i}"] = (pa.array(-length) if rule == "longest" else pa.array(length) if rule == "shortest"
+                             else members.column("id"))
+        table = pa.table({**keys, "id": members.column("id"), "node": pa.array(nodes, pa.uint64())})
+        order = pc.sort_indices(table, sort_keys=[(name, "ascending") for name in table.column_names]).to_numpy()
+        rank = np.empty(nodes.size, np.int64)
+        rank[order] = np.arange(nodes.size)
+        return rank
 
 
 class FilterShards(Phase):
