@@ -11,7 +11,11 @@ over the same shards. With `--old-src DIR` (the `src` of a checkout of the previ
 worktree add /tmp/old <commit>`), the same is timed with that code in a child process, old and new alternating,
 best of `--rounds`: `stage_encode_speed_vs_old_cpu`.
 
-    python benchmarks/tokenize_speed.py [--target-mb 200] [--dir bench] [--old-src DIR] [--rounds 3]
+`--threads` asks whether threads would serve better than Ray workers: the same texts encoded by `--workers`
+processes of one thread and by one process of `--workers` threads (tiktoken's `encode_ordinary_batch`, which
+releases the GIL), alternating, best of `--rounds`; `threads_vs_workers` above 1 means the threads were faster.
+
+    python benchmarks/tokenize_speed.py [--target-mb 200] [--dir bench] [--old-src DIR] [--rounds 3] [--threads]
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ def encode_cpu(config_path: str) -> dict:
     encoding = tiktoken_encoding(tok)  # built once per worker process in the stage too: not timed
     writer = Discard()
     ctx = TaskContext(str(out / "tokenize"), str(out / previous), {"tokenizer": tok}, writer)
-    encode = stage.phases()[1]
+    encode = next(p for p in stage.phases() if p.name == "encode")  # the previous code has other phases before it
     tasks = [Task(key=s["path"].rsplit("/", 1)[-1].removesuffix(".parquet"), inputs=(s["path"],),
                   params={"source": s["source"]}) for s in shards]
     encode.run(stage, tasks[0], ctx)  # untimed: the imports and caches of a worker's first task
@@ -103,6 +107,60 @@ def encode_cpu(config_path: str) -> dict:
             "bare_tiktoken_cpu_seconds": round(time.process_time() - started, 3), "bytes_written": writer.written}
 
 
+def encode_threads(config_path: str, threads: int, part: int, parts: int) -> None:
+    """A child of `--threads`: tiktoken over every `parts`-th text (from `part`) of the run's tokenize input, in
+    batches of the stage's size on `threads` threads (`encode_ordinary_batch`), once the parent says go."""
+    import pyarrow.parquet as pq
+
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.tokenize.fast_engine import tiktoken_encoding
+    from tokenmill.tokenize.tokenizer import load_tokenizer
+
+    config = load_config(config_path)
+    out = Path(config.output_dir)
+    shards = json.loads((out / "ingest" / "manifest.json").read_text())["content"]["shards"]
+    texts = [t for s in shards for t in pq.read_table(out / "ingest" / s["path"], columns=["text"])
+             .column("text").to_pylist()][part::parts]
+    encoding = tiktoken_encoding(load_tokenizer(str(out / "tokenize" / "tokenizer.json"))).encoding
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(0, len(texts), 1000):
+        if threads == 1:
+            [encoding.encode_ordinary(t) for t in texts[i:i + 1000]]
+        else:
+            encoding.encode_ordinary_batch(texts[i:i + 1000], num_threads=threads)
+    print(json.dumps({"texts": len(texts)}), flush=True)
+
+
+def threads_vs_workers(config_path: str, workers: int, rounds: int) -> dict:
+    """Wall seconds to encode the same texts in `workers` processes of 1 thread and in 1 process of `workers`
+    threads, alternating, best of `rounds`; each timed from a common go to the last process's end (loading the
+    texts and the encoder not counted)."""
+    import subprocess
+
+    def timed(layout: list[tuple[int, int, int]]) -> float:
+        procs = [subprocess.Popen([sys.executable, __file__, "--encode-threads", config_path, *map(str, args)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for args in layout]
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        started = time.perf_counter()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            p.communicate()
+            if p.returncode:
+                raise RuntimeError(f"--encode-threads child failed ({p.returncode})")
+        return time.perf_counter() - started
+
+    seconds: dict[str, list[float]] = {"workers": [], "threads": []}
+    for _ in range(rounds):
+        seconds["workers"].append(round(timed([(1, i, workers) for i in range(workers)]), 2))
+        seconds["threads"].append(round(timed([(workers, 0, 1)]), 2))
+    return {"layout": f"{workers} processes x 1 thread vs 1 process x {workers} threads", "seconds": seconds,
+            "threads_vs_workers": round(min(seconds["workers"]) / min(seconds["threads"]), 2)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target-mb", type=float, default=200)
@@ -110,10 +168,17 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--old-src", help="the src folder of the previous code, for stage_encode_speed_vs_old_cpu")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the CPU timings; the best is kept")
+    parser.add_argument("--threads", action="store_true", help="also time --workers processes of 1 thread against 1 "
+                        "process of --workers threads over the same texts: threads_vs_workers")
     parser.add_argument("--encode-cpu", metavar="CONFIG", help=argparse.SUPPRESS)  # the child process's job
+    parser.add_argument("--encode-threads", nargs=4, help=argparse.SUPPRESS)  # a child of --threads
     args = parser.parse_args()
     if args.encode_cpu:
         print(json.dumps(encode_cpu(args.encode_cpu)))
+        return 0
+    if args.encode_threads:
+        config_path, threads, part, parts = args.encode_threads
+        encode_threads(config_path, int(threads), int(part), int(parts))
         return 0
     tokenizer_json = SHARED / "tokenizer" / "gpt2_tokenizer.json"
     if not tokenizer_json.is_file():
@@ -208,6 +273,9 @@ def main() -> int:
                    "tokenizers_stage_vs_bare_encode_batch_fast":
                        round(runs["tokenizers"]["mb_per_s"] / (mb / fast_seconds), 2)},
     }
+    if args.threads:
+        result["threads"] = threads_vs_workers(str(root / "auto.yaml"), args.workers, args.rounds)
+        result["ratios"]["threads_vs_workers"] = result["threads"]["threads_vs_workers"]
     print(json.dumps(result, indent=1))
     return 0
 

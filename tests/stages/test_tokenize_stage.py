@@ -3,6 +3,7 @@ text, the valid split is disjoint and stable under resharding, and worker count 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -152,7 +153,10 @@ def test_added_tokens_give_the_tokenizers_own_ids_on_every_document(ray_cluster,
     assert report["special_token_text_docs"] == 1
 
 
-def test_tokenizer_train_command_matches_the_stage(ray_cluster, tmp_path):
+@pytest.mark.parametrize("sample_docs", [60, 8])
+def test_tokenizer_train_command_matches_the_stage(ray_cluster, tmp_path, sample_docs):
+    """The command takes the sample in one pass (`training_sample`); the stage from per-shard candidates (every id
+    sent at 60 of 120 documents, only those under the bound at 8)."""
     import subprocess
     import sys
 
@@ -160,7 +164,7 @@ def test_tokenizer_train_command_matches_the_stage(ray_cluster, tmp_path):
     write_jsonl(tmp_path / "d.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)])
     config = {"output": "out", "sources": [{"name": "d", "format": "jsonl", "paths": ["d.jsonl"], "id_field": "id"}],
               "ingest": {"docs_per_shard": 50},
-              "stages": {"tokenize": {"tokenizer": {"train": {"vocab_size": 300, "sample_docs": 60}}}}}
+              "stages": {"tokenize": {"tokenizer": {"train": {"vocab_size": 300, "sample_docs": sample_docs}}}}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     before = subprocess.run([sys.executable, "-m", "tokenmill", "tokenizer", "train", str(tmp_path / "run.yaml")],
                             capture_output=True, text=True, timeout=120)
@@ -170,6 +174,8 @@ def test_tokenizer_train_command_matches_the_stage(ray_cluster, tmp_path):
                              "--out", str(tmp_path / "t.json")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "t.json").read_bytes() == (tmp_path / "out" / "tokenize" / "tokenizer.json").read_bytes()
+    sent = pq.read_table(tmp_path / "out" / "tokenize" / "_work" / "sample").num_rows
+    assert sent == 120 if sample_docs == 60 else 8 <= sent < 120  # at 8, only the ids under the bound, with text
 
 
 def test_auto_tokenizer_loads_the_run_folder_with_its_end_of_text_token(ray_cluster, tmp_path, monkeypatch):
@@ -192,3 +198,55 @@ def test_auto_tokenizer_loads_the_run_folder_with_its_end_of_text_token(ray_clus
     for doc_id, (_, seq, _) in seen.items():
         assert hf.encode(texts[int(doc_id[1:])], add_special_tokens=False) + [hf.eos_token_id] == seq.tolist()
 
+
+
+def test_index_from_the_encode_tasks_equals_reading_the_files_back(ray_cluster, corpus, tmp_path, monkeypatch):
+    """tokens.json built from what each encode task computed over the bytes it wrote is the one built by reading
+    every token file back; a file whose size changed since is read back."""
+    import pyarrow.fs as pafs
+
+    from tokenmill.pipeline import storage
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.contract import ShardsResult, Task, TaskContext
+    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.stages.tokenize.stage import Encode, WriteIndex
+
+    config, _ = corpus
+    out = tmp_path / "o"
+    run_into(config, out)
+    stage = next(s for s in build_stages(load_config(config)) if s.name == "tokenize")
+    folder = out / "tokenize"
+    entries = json.loads((folder / "manifest.json").read_text())["content"]["shards"]
+    known = Encode().reduce(stage, {"all": ShardsResult(entries)}, None)
+    tok = load_tokenizer(str(folder / "tokenizer.json"))
+
+    class Writer:
+        fs = pafs.LocalFileSystem()
+        written: dict[str, bytes] = {}
+
+        def write(self, relpath, data):
+            self.written[relpath] = bytes(data)
+
+    def index(encoded) -> bytes:
+        writer = Writer()
+        WriteIndex().run(stage, Task(key="tokens"), TaskContext(str(folder), None, {"tokenizer": tok, "encode":
+                                                                                     encoded}, writer))
+        return writer.written["tokens.json"]
+
+    assert index({}) == (folder / "tokens.json").read_bytes()  # read back, as before
+    real_read = storage.read_bytes
+
+    def no_token_files(fs, path):
+        assert not path.endswith((".bin", ".idx", ".docs.parquet")), path
+        return real_read(fs, path)
+
+    monkeypatch.setattr(storage, "read_bytes", no_token_files)
+    assert index(known) == (folder / "tokens.json").read_bytes()
+    monkeypatch.setattr(storage, "read_bytes", real_read)
+    first = sorted(known)[0]
+    side = folder / f"{first}.docs.parquet"
+    before = side.stat().st_size
+    pq.write_table(pq.read_table(side), side, compression="none")  # the same rows in another size than the task wrote
+    assert side.stat().st_size != before  # so the file is read back, and its digest is of what lies there now
+    files = {f["prefix"]: f for s in json.loads(index(known))["splits"].values() for f in s["files"]}
+    assert files[first]["sha256"][".docs.parquet"] == hashlib.sha256((folder / f"{first}.docs.parquet").read_bytes()).hexdigest()
