@@ -14,7 +14,11 @@ datatrove running the same quality filters; prints JSON.
    same three filters at the same thresholds (see benchmarks/clean_filters.py for how; spaCy is not installed, so
    datatrove gets tokenmill's regex tokenizer and runs at its fastest). Both read the same JSON-lines files.
 
+   `--langid-quick-chars N` measures this checkout with the clean stage's `langid.quick_chars` set to N (language
+   identified on a text's first N characters where that verdict is confident; the baseline runs as it is).
+
     python benchmarks/clean.py [--target-mb 200] [--mix-mb MB] [--baseline-src DIR] [--rounds 3] [--dir bench]
+                               [--langid-quick-chars N]
 """
 
 from __future__ import annotations
@@ -89,9 +93,9 @@ def mix_shards(folder: Path, mb: float) -> Path:
     return folder
 
 
-def measure_stage(folder: Path) -> dict:
+def measure_stage(folder: Path, quick_chars: int | None = None) -> dict:
     """The clean stage's map task over every sample shard of `folder`, in this process (whichever tokenmill the
-    path gives): text MB in, CPU seconds, MB/s per core."""
+    path gives): text MB in, CPU seconds, MB/s per core. `quick_chars`: the stage's `langid.quick_chars`."""
     import pyarrow.parquet as pq
 
     import tokenmill
@@ -107,6 +111,9 @@ def measure_stage(folder: Path) -> dict:
 
     config = load_config(folder / "corpus" / "demo.yaml")
     (stage,) = [s for s in build_stages(config) if s.name == "clean"]
+    if quick_chars is not None:
+        langid = stage.config.langid.model_copy(update={"quick_chars": quick_chars})
+        stage = type(stage)(stage.config.model_copy(update={"langid": langid}), stage.run)
     stage.setup({})
     files = sorted((folder / "run" / "sample" / "shards").glob("*.parquet"))
     mb, docs, dropped = 0.0, 0, 0
@@ -128,11 +135,12 @@ def measure_stage(folder: Path) -> dict:
             "wall_seconds": round(wall, 2), "mb_per_s_per_core": round(mb / cpu, 3)}
 
 
-def measure_in_child(folder: Path, src: Path | None) -> dict:
+def measure_in_child(folder: Path, src: Path | None, quick_chars: int | None = None) -> dict:
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = str(src)
-    out = subprocess.run([sys.executable, __file__, "--measure-stage", str(folder)], env=env, check=True,
+    quick = ["--langid-quick-chars", str(quick_chars)] if quick_chars is not None else []
+    out = subprocess.run([sys.executable, __file__, "--measure-stage", str(folder), *quick], env=env, check=True,
                          stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out)
 
@@ -144,15 +152,16 @@ def scale_mix(args) -> dict:
     ours: list[dict] = []
     theirs: list[dict] = []
     for _ in range(args.rounds):
-        ours.append(measure_in_child(folder, None))
+        ours.append(measure_in_child(folder, None, args.langid_quick_chars))
         if args.baseline_src:
             theirs.append(measure_in_child(folder, Path(args.baseline_src).resolve()))
     best = max(ours, key=lambda r: r["mb_per_s_per_core"])
-    result = {"corpus": str(folder), "rounds": args.rounds, "tokenmill_stage": best,
+    result = {"corpus": str(folder), "rounds": args.rounds, "langid_quick_chars": args.langid_quick_chars,
+              "tokenmill_stage": best,
               "mb_per_s_per_core_each_round": [r["mb_per_s_per_core"] for r in ours]}
     if theirs:
         base = max(theirs, key=lambda r: r["mb_per_s_per_core"])
-        if (base["docs"], base["dropped"]) != (best["docs"], best["dropped"]):
+        if (base["docs"], base["dropped"]) != (best["docs"], best["dropped"]) and args.langid_quick_chars is None:
             raise SystemExit(f"baseline and this checkout disagree: {base} vs {best}")
         result["baseline_stage"] = base
         result["baseline_mb_per_s_per_core_each_round"] = [r["mb_per_s_per_core"] for r in theirs]
@@ -167,10 +176,12 @@ def main() -> int:
     parser.add_argument("--baseline-src", default=None, help="src/ of another checkout, measured side by side")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default="bench")
+    parser.add_argument("--langid-quick-chars", type=int, default=None,
+                        help="this checkout's stage with langid.quick_chars set (the baseline as it is)")
     parser.add_argument("--measure-stage", default=None, help=argparse.SUPPRESS)  # the child's half of part 1
     args = parser.parse_args()
     if args.measure_stage:
-        print(json.dumps(measure_stage(Path(args.measure_stage))))
+        print(json.dumps(measure_stage(Path(args.measure_stage), args.langid_quick_chars)))
         return 0
     mix = scale_mix(args)
 

@@ -167,3 +167,103 @@ def test_speed(shared_data):
         rate = len(texts) / (time.perf_counter() - start)
         print(f"langid {name}: {rate:,.0f} docs/s")
         assert rate > 500
+
+
+def test_quick_prefix_stands_when_confident_and_falls_back_when_not():
+    """`quick_chars`: a confident verdict on the short prefix is the answer; an unsure one gives way to the
+    `PREFIX_CHARS` verdict; texts no longer than the short prefix, and the default (off), are identified as ever."""
+    english = "The committee will publish its final report on regional transport next spring. " * 40
+    unsure = "ok " * 200 + english  # "ok" alone says little about a language
+    short = "Der Ausschuss legt seinen Bericht im Frühjahr vor."
+    texts = [english, unsure, short, ""]
+    quick_langs, quick_scores = identify(texts, 500, 0.9)
+    full_langs, full_scores = identify(texts)
+    assert identify([english[:500]])[1][0] >= 0.9 > identify([unsure[:500]])[1][0]
+    assert (quick_langs[0], quick_scores[0]) == ("en", identify([english[:500]])[1][0])
+    assert quick_scores[0] != full_scores[0]  # the short verdict's own score
+    assert (quick_langs[1:], quick_scores[1:].tolist()) == (full_langs[1:], full_scores[1:].tolist())
+    assert identify(texts, None, 0.9)[1].tolist() == full_scores.tolist()
+    with pytest.raises(ValidationError):
+        LangidConfig(quick_chars=PREFIX_CHARS)
+    # Off, the config dumps as before the option existed (stage identity and manifests unchanged); on, it shows.
+    assert set(LangidConfig().model_dump()) == {"min_score", "same_language"}
+    assert LangidConfig(quick_chars=500).model_dump()["quick_chars"] == 500
+
+
+def _shared_long_texts(shared: Path, longer_than: int) -> list[tuple[str, str, str]]:
+    """(name, declared language, text) of every document in the shared text files longer than `longer_than`
+    characters (only those can change with `quick_chars`); the tokenizer files are not text."""
+    import io
+    import zstandard
+
+    out = []
+    for path in sorted(p for p in shared.rglob("*") if p.is_file() and p.parent.name != "tokenizer"):
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        elif path.name.endswith(".zst"):
+            raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+        text = raw.decode("utf-8", "replace")
+        name, lang = str(path.relative_to(shared)), "zh" if path.parent.name == "chinese" else "en"
+        if path.name == "SOURCES.md":
+            continue
+        if ".warc" in path.name:
+            records = [r.partition("\r\n\r\n") for r in text.split("WARC/1.0\r\n")[1:]]
+            docs = [(body.partition("\r\n\r\n")[2] if "WARC-Type: response" in head else body).strip()
+                    for head, _, body in records if "WARC-Type: conversion" in head or "WARC-Type: response" in head]
+        elif ".jsonl" in path.name or path.name.endswith(".ndjson"):
+            rows = [json.loads(line) for line in text.split("\n") if line.strip()]
+            fields = ("text", "body", "selftext", "title", "prompt", "question", "context", "query", "ctx")
+            docs = [next((r[k] for k in fields if r.get(k)), json.dumps(r)) for r in rows]
+            docs = [" ".join(map(str, d)) if isinstance(d, list) else str(d) for d in docs]
+        elif path.name == "cmrc2018_dev.json":
+            docs = [p["context"] for a in json.loads(text)["data"] for p in a["paragraphs"]]
+        elif path.name.endswith(".json"):
+            docs = [str(t) for t in json.loads(text)]
+        elif path.name.endswith(".csv"):
+            table = list(csv.reader(io.StringIO(text)))
+            col = table[0].index("review") if "review" in table[0] else 1  # reddit's: a pandas index, then text
+            docs = [r[col] for r in table[1:] if len(r) > col]
+        elif path.name == "thucnews_cnews.val.txt":
+            docs = [line.split("\t", 1)[1] for line in text.split("\n") if "\t" in line]
+        elif "hellaswag" in path.name or "msr_paraphrase" in path.name:
+            docs = [line for line in text.split("\n") if line.strip()]
+        else:
+            docs = [text]
+        out += [(name, lang, d) for d in docs if len(d) > longer_than]
+    return out
+
+
+def test_quick_prefix_changes_on_the_shared_data_are_these(shared_data):
+    """What `quick_chars: 500` changes in the clean stage over every text file of the shared data (docs/clean.md):
+    no language, and one keep/drop verdict, a Korean translation page of an English iFixit guide whose first 500
+    characters are its Korean menu: ko 0.92 on them, ko 0.53 on 2,000 (the English body dilutes it), so it is now
+    dropped as `wrong_language` from an English source. Scores of other long documents move, down and up."""
+    import pyarrow as pa
+
+    from tokenmill.pipeline.config import SourceConfig
+    from tokenmill.pipeline.contract import RunContext
+    from tokenmill.stages.clean.config import CleanConfig
+    from tokenmill.stages.clean.stage import CleanStage
+
+    docs = _shared_long_texts(shared_data, 500)
+    assert len(docs) > 3000
+    table = pa.table({"id": [f"{name}#{i}" for i, (name, _, _) in enumerate(docs)], "text": [t for _, _, t in docs],
+                      "source": [lang for _, lang, _ in docs], "subset": pa.nulls(len(docs), pa.string()),
+                      "meta": ["{}"] * len(docs)})
+    run = RunContext(seed=0, sources={n: SourceConfig(name=n, format="jsonl", paths=["x"], language=n)
+                                      for n in ("en", "zh")})
+    outs = []
+    for config in (CleanConfig(), CleanConfig.model_validate({"langid": {"quick_chars": 500}})):
+        stage = CleanStage(config, run)
+        stage.setup({})
+        outs.append(stage.process(table, {}))
+    full, quick = outs
+    assert quick.table.column("lang").to_pylist() == full.table.column("lang").to_pylist()
+    names, langs = [name for name, _, _ in docs], full.table.column("lang").to_pylist()
+    before, after = full.table.column("lang_score").to_pylist(), quick.table.column("lang_score").to_pylist()
+    changed = [(names[i], langs[i], round(before[i], 2), a, round(after[i], 2), b)
+               for i, (a, b) in enumerate(zip(full.drop_reason.to_pylist(), quick.drop_reason.to_pylist())) if a != b]
+    assert changed == [("commoncrawl/dolma_CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz", "ko", 0.53, None,
+                        0.92, "wrong_language")]
+    assert 0 < sum(a != b for a, b in zip(before, after)) < len(docs)

@@ -56,12 +56,12 @@ def test_token_hashes_are_a_function_of_the_characters():
 def test_the_hash_decides_which_n_grams_repeat(monkeypatch):
     """Why the hash must be deterministic: its value reaches the scores (a collision makes n-grams repeat)."""
     honest = quality_scores([TEXT], ["en"], QualityConfig())["rep_dup_5_gram_char_frac"][0]
-    monkeypatch.setattr(measures, "word_units", _colliding_units)
+    monkeypatch.setattr(measures, "text_units", _colliding_units)
     colliding = quality_scores([TEXT], ["en"], QualityConfig())["rep_dup_5_gram_char_frac"][0]
     assert honest == 0.0 and colliding > 0.5
 
 
-def _colliding_units(tokens, vocab):
-    units, ids = ngrams.word_units(tokens, vocab)
+def _colliding_units(texts, vocab):
+    units, ids = ngrams.text_units(texts, vocab)
     units.hashes = np.zeros(len(ids), dtype=np.uint64)  # every word hashes alike
     return units, ids

@@ -440,6 +440,58 @@ def test_vocabulary_gives_each_word_its_hash_length_and_class():
     assert [token_class(w) for w in ["cat", ",", "3.14", "é2", "..."]] == [WORD | ALPHA, 0, WORD, WORD | ALPHA, 0]
 
 
+def test_word_ids_by_piece_are_the_words_of_the_whole_text():
+    """Words found per whitespace-separated piece, each distinct piece once, are `split_words` of the whole text:
+    every kind of whitespace, numbers and URLs at a piece's end, across the vocabulary's reset."""
+    import random
+
+    from tokenmill.stages.clean.quality.vocab import Vocabulary
+
+    rng = random.Random(7)
+    pieces = ["the", "cat,", "3.14", "3.14abc", "1,000", "10:30.", "2019-07-17", "www.example.com/a.",
+              "https://x.y/z?q=1)", "...", "…", "é", "हिन्दी", "🙂", "don't", "(see", "a_b", "'", "\x00", "x²", "٣", "_", "--"]
+    spaces = [" ", "  ", "\n", "\t", "\xa0", "\u2028", "\x1c", "\u3000", "\r\n", "\x0b"]
+    texts = ["", "   ", *("".join(rng.choice(pieces) + rng.choice(spaces) * rng.randint(0, 1)
+                                for _ in range(rng.randint(0, 30))) for _ in range(3000))]
+    vocab = Vocabulary()
+    vocab.limit = 200  # emptied several times on the way
+    by_id: dict[int, str] = {}
+    for start in range(0, len(texts), 100):
+        chunk = texts[start:start + 100]
+        ids, counts = vocab.text_ids(chunk)
+        by_id = {i: w for w, i in vocab.items()}
+        words = [by_id[i] for i in ids.tolist()]
+        expected = [split_words(t) for t in chunk]
+        assert counts.tolist() == [len(e) for e in expected]
+        assert words == [w for e in expected for w in e]
+    assert len(vocab.pieces) < 400
+
+
+def test_sentence_boundaries_are_those_of_the_lookahead_form():
+    """SENTENCE_END_RE consumes the first terminal character and checks the abbreviations behind it; the plain form
+    (a lookahead, then the lookbehinds before it) finds the same boundaries, astral terminal characters included."""
+    import random
+    import re
+
+    from datatrove.utils.text import TERMINAL_PUNCTUATION
+
+    from tokenmill.stages.clean.quality.words import SENTENCE_END_RE
+
+    terminal = "".join(re.escape(c) for c in sorted(TERMINAL_PUNCTUATION))
+    plain = re.compile(
+        rf"(?=[{terminal}])(?<!\b[A-Z])(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)(?<!\be\.g)"
+        rf"(?<!\bi\.e)(?<!\betc)[{terminal}]+[\"'”’»)\]]*(?=\s+\S)")
+    rng = random.Random(5)
+    pieces = ["Mr.", "Mrs.", "e.g.", "i.e.", "etc.", "U.S.", " ", "\n", "A.", "x.", "!!", "?\"", ".)", "…", "。", "vs.",
+              "St.", "a", "Dr.", "1.", "\u2028", "'", "”", "\t", "?.", ".!", "Ms.", "E.g.", "\xa0", "\U0001F600",
+              "\U00011047", "\U0001D160", "\u0964", "]", "»", "\x00", "word"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(20_000)]
+    texts.append("He met Mr. Smith. Then he left! \U00011047 next. Fine\U00011047 Done e.g. this. End")
+    assert [[m.span() for m in SENTENCE_END_RE.finditer(t)] for t in texts] == \
+        [[m.span() for m in plain.finditer(t)] for t in texts]
+    assert len(SENTENCE_END_RE.findall(texts[-1])) == 6  # not after "Mr." nor "e.g."
+
+
 def test_lines_split_as_the_regex_split_them():
     """Gopher's line repetition splits on runs of line breaks; `_split_lines` does it with `str.split`."""
     import random

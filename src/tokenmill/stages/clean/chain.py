@@ -51,8 +51,7 @@ class Chain:
         return self._settings[key]
 
     def run(self, batch: Batch) -> Batch:
-        for i in range(len(batch)):
-            batch.stats.doc(batch.sources[i], batch.subsets[i])
+        batch.stats.docs(batch.sources, batch.subsets)
         for f in self.filters:
             f.start(batch)
         for f in self.filters:

@@ -59,6 +59,10 @@ class Batch:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def keys(self) -> set[tuple[str, str | None]]:
+        """The (source, subset) pairs of the batch's rows, each once: what a row's settings depend on."""
+        return set(zip(self.sources, self.subsets))
+
     def kept(self) -> list[int]:
         """Rows no filter has dropped yet."""
         return [i for i, r in enumerate(self.reasons) if r is None]
@@ -103,12 +107,22 @@ class Filter:
         """Apply this filter to the rows of `batch` still kept: `settings_of(name, source, subset)` resolves a row's
         settings (see `resolve`); rows are processed in groups sharing settings, in row order within a group."""
         groups: dict[int, tuple[Any, list[int]]] = {}
-        for i in batch.kept():
-            settings = settings_of(self.setting, batch.sources[i], batch.subsets[i]) if self.setting else None
-            if self.setting is not None and settings is None:
-                continue  # turned off for this document
-            groups.setdefault(id(settings), (settings, []))[1].append(i)
+        if self.setting is None:
+            groups[0] = (None, batch.kept())
+        elif len(shared := {id(s): s for s in (settings_of(self.setting, *key) for key in batch.keys())}) == 1:
+            # One setting for every source and subset of the shard (no override applies): no row-by-row lookup.
+            (settings,) = shared.values()
+            if settings is not None:
+                groups[0] = (settings, batch.kept())
+        else:
+            for i in batch.kept():
+                settings = settings_of(self.setting, batch.sources[i], batch.subsets[i])
+                if settings is None:
+                    continue  # turned off for this document
+                groups.setdefault(id(settings), (settings, []))[1].append(i)
         for settings, rows in groups.values():
+            if not rows:
+                continue
             verdicts = self.process(batch, rows, settings)
             if verdicts is None:
                 continue

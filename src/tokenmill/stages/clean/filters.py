@@ -42,7 +42,8 @@ class EscapeFilter(Filter):
             outcome = apply_policy(batch.texts[i], settings)
             scan = outcome.scan
             batch.columns["escape_score"][i] = scan.score
-            batch.columns["escape_counts"][i] = canonical_json(dict(sorted(scan.counts.items())))
+            if scan.counts:  # else the "{}" of `start`
+                batch.columns["escape_counts"][i] = canonical_json(dict(sorted(scan.counts.items())))
             batch.stats.leaks(batch.ids[i], batch.sources[i], batch.subsets[i], scan, outcome)
             if outcome.repaired:
                 batch.steps[i].append("escape_repair:" + "+".join(outcome.repaired))
@@ -157,7 +158,7 @@ class LangidFilter(Filter):
     drop_reasons = ("wrong_language",)
 
     def process(self, batch: Batch, rows: list[int], settings: LangidConfig) -> list[str | None]:
-        found, scores = identify([batch.texts[i] for i in rows])
+        found, scores = identify([batch.texts[i] for i in rows], settings.quick_chars, settings.quick_min_score)
         reasons = []
         for i, lang, score in zip(rows, found, scores):
             expected = batch.langs[i]

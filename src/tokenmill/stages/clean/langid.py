@@ -19,10 +19,10 @@ import importlib.util
 import logging
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StrictModel
@@ -45,6 +45,24 @@ class LangidConfig(StrictModel):
     same_language: tuple[tuple[str, ...], ...] = (("zh", "yue", "wuu"), ("no", "nb", "nn"), ("sh", "hr", "sr", "bs"))
     """Codes counted as the source's language when any one of a group is expected (Cantonese and Wu text in a
     Chinese source is not a mismatch; the model tells Norwegian and Serbo-Croatian variants apart unreliably)."""
+
+    quick_chars: int | None = Field(default=None, ge=1, lt=2000)
+    """Identify a longer text on its first `quick_chars` characters first, and keep that verdict when its score
+    reaches `quick_min_score` (fastText's cost is per character read: about half of it on the demo mix); else, and
+    with None (the default), on the first 2,000 (`PREFIX_CHARS`). Changes `lang_score` of long texts, and may change
+    a keep/drop verdict: docs/clean.md lists what it changed on the shared real data."""
+    quick_min_score: float = Field(default=0.9, ge=0, le=1)
+    """The score from which the `quick_chars` verdict stands."""
+
+    @model_serializer(mode="wrap")
+    def _without_quick_when_off(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A config that does not use `quick_chars` dumps as before the option existed: the stage's identity and
+        # the manifests of existing runs stay the same.
+        out = handler(self)
+        if self.quick_chars is None and self.quick_min_score == LangidConfig.model_fields["quick_min_score"].default:
+            out.pop("quick_chars", None)
+            out.pop("quick_min_score", None)
+        return out
 
     @field_validator("same_language")
     @classmethod
@@ -134,33 +152,43 @@ def canonical_language(value: str) -> str:
                      f"to accept every language")
 
 
-def _prepare(text: str) -> str:
-    return text[:PREFIX_CHARS].replace("\n", " ")
+def _predict(model, text: str, chars: int) -> tuple[str, float]:
+    """The model's best language for the first `chars` characters of `text` and its probability (`und`, 0.0 for a
+    text with nothing to identify)."""
+    line = text[:chars].replace("\n", " ")
+    if not line or line.isspace():
+        return UNDETERMINED, 0.0
+    try:
+        labels, probs = model.predict(line, k=1)
+    except TypeError:  # a lone surrogate cannot cross into C++
+        labels, probs = model.predict(line.encode("utf-8", "replace").decode("utf-8"), k=1)
+    if not labels:
+        return UNDETERMINED, 0.0
+    label = labels[0]
+    return label[len(_LABEL):] if label.startswith(_LABEL) else label, min(float(probs[0]), 1.0)  # softmax overshoot
 
 
-def identify(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+def identify(texts: Sequence[str], quick_chars: int | None = None,
+             quick_min_score: float = 1.0) -> tuple[list[str], np.ndarray]:
     """The most likely language of each text and its probability (float32); `und` and 0.0 for an empty text.
 
-    One `predict` call per text: fasttext-predict's list form (`multilinePredict`) returns labels without
-    probabilities (0.9.2.4), so `model.predict(list)` fails.
+    From the first `PREFIX_CHARS` characters; with `quick_chars`, a longer text's first `quick_chars` decide when
+    their score reaches `quick_min_score` (see `LangidConfig.quick_chars`). One `predict` call per text:
+    fasttext-predict's list form (`multilinePredict`) returns labels without probabilities (0.9.2.4), so
+    `model.predict(list)` fails.
     """
     model = load_model()
     langs: list[str] = []
     scores = np.zeros(len(texts), dtype=np.float32)
     for i, text in enumerate(texts):
-        line = _prepare(text)
-        if not line.strip():
-            langs.append(UNDETERMINED)
-            continue
-        try:
-            labels, probs = model.predict(line, k=1)
-        except TypeError:  # a lone surrogate cannot cross into C++
-            labels, probs = model.predict(line.encode("utf-8", "replace").decode("utf-8"), k=1)
-        if not labels:
-            langs.append(UNDETERMINED)
-            continue
-        langs.append(labels[0][len(_LABEL):] if labels[0].startswith(_LABEL) else labels[0])
-        scores[i] = min(float(probs[0]), 1.0)  # fastText's softmax can overshoot 1 by a rounding error
+        if quick_chars is not None and len(text) > quick_chars:
+            lang, score = _predict(model, text, quick_chars)
+            if score < quick_min_score:
+                lang, score = _predict(model, text, PREFIX_CHARS)
+        else:
+            lang, score = _predict(model, text, PREFIX_CHARS)
+        langs.append(lang)
+        scores[i] = score
     return langs, scores
 
 

@@ -13,6 +13,7 @@ If the pattern could not be read so (a flag, a branch without such a position), 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ftfy.badness import BADNESS_RE, is_bad
 
@@ -76,12 +77,19 @@ _SIGNAL = re.compile("[" + "".join(f"\\U{c:08x}" for c in sorted(set().union(*(s
                      + "]") if _BRANCHES else None
 
 
+@lru_cache(maxsize=4096)
+def _some_branch_can_match(present: frozenset[str]) -> bool:
+    """True when every set of some branch holds a character of `present`; cached, as most texts hold one of a few
+    such sets (`{’}`, `{“, ”, —}`)."""
+    return any(all(not present.isdisjoint(s) for s in sets) for sets in _BRANCH_CHARS)
+
+
 def may_be_mojibake(text: str) -> bool:
     """`ftfy.badness.is_bad(text)`; False without running it when no branch of its pattern can match in `text`."""
     if text.isascii():
         return False
     if _SIGNAL is not None:
-        present = set(_SIGNAL.findall(text))
-        if not present or not any(all(not present.isdisjoint(s) for s in sets) for sets in _BRANCH_CHARS):
+        present = frozenset(_SIGNAL.findall(text))
+        if not present or not _some_branch_can_match(present):
             return False
     return is_bad(text)

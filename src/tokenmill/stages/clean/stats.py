@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections import Counter
+from typing import Any, Mapping, Sequence
 
 from tokenmill.pipeline.stats import NO_SUBSET
 
@@ -16,10 +17,12 @@ class CleanStats:
     def __init__(self):
         self.data: dict[str, Any] = {"docs": {}, "leaks": {}, "examples": [], "normalize": {}, "pii": {}, "languages": {}}
 
-    def doc(self, source: str, subset: str | None) -> None:
-        key = subset if subset is not None else NO_SUBSET
-        per = self.data["docs"].setdefault(source, {})
-        per[key] = per.get(key, 0) + 1
+    def docs(self, sources: Sequence[str], subsets: Sequence[str | None]) -> None:
+        """Count documents per source and subset (tallied in C, then added in first-seen order, as one by one)."""
+        for (source, subset), n in Counter(zip(sources, subsets)).items():
+            key = subset if subset is not None else NO_SUBSET
+            per = self.data["docs"].setdefault(source, {})
+            per[key] = per.get(key, 0) + n
 
     def leaks(self, doc_id: str, source: str, subset: str | None, scan, outcome) -> None:
         if not scan.counts:
@@ -48,9 +51,9 @@ class CleanStats:
             self.data[section][name] = self.data[section].get(name, 0) + value
 
     def langs(self, sources, langs, rows) -> None:
-        for i in rows:
-            per = self.data["languages"].setdefault(sources[i], {})
-            per[langs[i]] = per.get(langs[i], 0) + 1
+        for (source, lang), n in Counter(zip(map(sources.__getitem__, rows), map(langs.__getitem__, rows))).items():
+            per = self.data["languages"].setdefault(source, {})
+            per[lang] = per.get(lang, 0) + n
 
     def to_json(self) -> dict[str, Any]:
         return self.data

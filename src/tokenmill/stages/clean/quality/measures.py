@@ -22,9 +22,9 @@ from tokenmill.stages.clean.quality.config import (
     GopherQualityConfig,
     QualityConfig,
 )
-from tokenmill.stages.clean.quality.ngrams import Units, char_units, ngram_repetition, token_hashes, word_units
+from tokenmill.stages.clean.quality.ngrams import Units, char_units, ngram_repetition, text_units, token_hashes
 from tokenmill.stages.clean.quality.vocab import ALPHA, WORD, Vocabulary
-from tokenmill.stages.clean.quality.words import count_line_sentences, split_words
+from tokenmill.stages.clean.quality.words import count_line_sentences
 
 GOPHER_COLUMNS = (
     "gopher_words", "gopher_mean_word_length", "gopher_hash_ratio", "gopher_ellipsis_ratio",
@@ -67,18 +67,21 @@ _vocabulary = Vocabulary()
 """This process's words, each hashed, measured and classed once (see `vocab.py`)."""
 
 
-def _line_marks(lines: list[str]) -> tuple[float, float]:
-    """Share of lines starting with a bullet, and ending with an ellipsis (datatrove's Gopher quality)."""
+def _line_marks(lines: list[str], text: str) -> tuple[float, float]:
+    """Share of lines starting with a bullet, and ending with an ellipsis (datatrove's Gopher quality); `lines` are
+    `text`'s, so a mark missing from the text is on none of them."""
     if not lines:
         return _NAN, _NAN
-    bullets = sum(1 for s in lines if s.lstrip().startswith(_BULLETS))
-    ellipses = sum(1 for s in lines if s.rstrip().endswith(_ELLIPSES))
+    bullets = sum(1 for s in lines if s.lstrip().startswith(_BULLETS)) if any(map(text.__contains__, _BULLETS)) else 0
+    ellipses = sum(1 for s in lines if s.rstrip().endswith(_ELLIPSES)) if any(map(text.__contains__, _ELLIPSES)) else 0
     return bullets / len(lines), ellipses / len(lines)
 
 
 def _duplicates(parts: list[str]) -> tuple[int, int]:
     """(elements equal to an earlier one, their characters): datatrove's `find_duplicates`."""
     unique = set(parts)
+    if len(unique) == len(parts):
+        return 0, 0
     return len(parts) - len(unique), sum(map(len, parts)) - sum(map(len, unique))
 
 
@@ -147,14 +150,15 @@ def _c4_scores(text: str, lines: list[str], cfg: C4Config) -> tuple[float, ...]:
     lowered = (CITATION_REGEX.sub("", text) if cited else text).lower()
     want_lorem = cfg.filter_lorem_ipsum and "lorem ipsum" in lowered
     want_js = cfg.filter_javascript and "javascript" in lowered
-    want_policy = cfg.filter_policy and any(p in lowered for p in POLICY_SUBSTRINGS)
+    want_policy = cfg.filter_policy and any(map(lowered.__contains__, POLICY_SUBSTRINGS))
     want_curly = cfg.filter_curly_bracket and "{" in text
     need_lower = want_lorem or want_js or want_policy
     max_word, min_words = cfg.max_word_length, cfg.min_words_per_line
     terminal = cfg.filter_no_terminal_punct
     lorem = curly = kept_chars = 0
     kept: list[str] = []
-    for raw in lines:
+    # An empty line fails the terminal punctuation and the word count rules: `filter` passes over them in C.
+    for raw in filter(None, lines) if terminal or min_words else lines:
         line = raw.strip()
         words: list[str] | None = None
         if max_word is not None and len(line) > max_word:
@@ -166,8 +170,8 @@ def _c4_scores(text: str, lines: list[str], cfg: C4Config) -> tuple[float, ...]:
         if terminal and (not line.endswith(END_PUNCTUATION) or line.endswith(ELLIPSIS)):
             continue
         if min_words:
-            if words is None:
-                words = raw.split()  # words before citation removal, as datatrove
+            if words is None:  # words before citation removal, as datatrove; enough of them to count to min_words
+                words = raw.split(None, min_words - 1)
             if len(words) < min_words:
                 continue
         if need_lower:
@@ -180,7 +184,7 @@ def _c4_scores(text: str, lines: list[str], cfg: C4Config) -> tuple[float, ...]:
         if want_curly and "{" in line:
             curly += 1  # datatrove drops the document here
             continue
-        if need_lower and want_policy and any(p in line_l for p in POLICY_SUBSTRINGS):
+        if need_lower and want_policy and any(map(line_l.__contains__, POLICY_SUBSTRINGS)):
             continue
         kept.append(line)
         kept_chars += len(line)
@@ -190,9 +194,21 @@ def _c4_scores(text: str, lines: list[str], cfg: C4Config) -> tuple[float, ...]:
 # Han (with extensions and compatibility ideographs), kana, CJK symbols and punctuation, full-width forms.
 _CJK_RANGES = ((0x3000, 0x303F), (0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
                (0xF900, 0xFAFF), (0xFF00, 0xFFEF), (0x20000, 0x3134F))
-_CJK_CLASS = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _CJK_RANGES)
-_CJK_RE = re.compile(f"[{_CJK_CLASS}]")
 _CJK_SENTENCE_END_RE = re.compile(r"[。！？!?｡]+|…{2,}|\.{3,}")
+
+
+def _cjk_counts(dense: list[str], n_chars: np.ndarray) -> np.ndarray:
+    """CJK characters (`_CJK_RANGES`) in each text of `dense`, whose lengths are `n_chars`: one pass over their code
+    points for the whole chunk."""
+    chars = np.frombuffer("".join(dense).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    cjk = np.zeros(len(chars), dtype=bool)
+    for a, b in _CJK_RANGES:
+        cjk |= (chars >= a) & (chars <= b)
+    before = np.zeros(len(chars) + 1, dtype=np.int64)  # CJK characters before each position
+    np.cumsum(cjk, out=before[1:])
+    ends = np.zeros(len(n_chars) + 1, dtype=np.int64)
+    np.cumsum(n_chars, out=ends[1:])
+    return np.diff(before[ends]).astype(np.float64)
 
 
 def cjk_profile(langs: Sequence[str], config: QualityConfig) -> np.ndarray:
@@ -225,9 +241,7 @@ def _put_ngrams(cols: dict[str, np.ndarray], rows: np.ndarray, ngrams: dict[int,
 def _measure_words(cols: dict[str, np.ndarray], texts: list[str], rows: np.ndarray, config: QualityConfig) -> None:
     gq, gr, c4 = config.gopher_quality, config.gopher_repetition, config.c4
     if gq or gr:
-        tokens = [split_words(t) for t in texts]
-        units, ids = word_units(tokens, _vocabulary)
-        del tokens
+        units, ids = text_units(texts, _vocabulary)
         text_len = np.fromiter(map(len, texts), dtype=np.float64, count=len(texts))
     if gq:
         for name, values in _gopher_word_scores(units, ids, _vocabulary, texts, gq).items():
@@ -238,7 +252,7 @@ def _measure_words(cols: dict[str, np.ndarray], texts: list[str], rows: np.ndarr
     for i, text in zip(rows.tolist(), texts):
         lines = text.splitlines() if (gq or c4) else []
         if gq:
-            cols["gopher_bullet_line_ratio"][i], cols["gopher_ellipsis_line_ratio"][i] = _line_marks(lines)
+            cols["gopher_bullet_line_ratio"][i], cols["gopher_ellipsis_line_ratio"][i] = _line_marks(lines, text)
         if gr:
             for name, v in zip(REPETITION_COLUMNS[:4], _line_repetition(text)):
                 cols[name][i] = v
@@ -254,16 +268,16 @@ def _measure_cjk(cols: dict[str, np.ndarray], texts: list[str], langs: list[str]
     text_len = np.fromiter(map(len, texts), dtype=np.float64, count=len(texts))
     _put_ngrams(cols, rows, ngram_repetition(units, text_len, [k for k, _ in cfg.top_n_grams],
                                               [k for k, _ in cfg.dup_n_grams], separator=0))
+    cols["cjk_chars"][rows] = n_chars = units.count
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols["cjk_char_ratio"][rows] = np.where(n_chars > 0, _cjk_counts(dense, n_chars) / n_chars, np.nan)
     stop_sets = {lang: set(cfg.stop_chars.get(lang, "")) for lang in set(langs)}
-    for i, text, d, lang in zip(rows.tolist(), texts, dense, langs):
-        n = len(d)
-        cols["cjk_chars"][i] = n
-        cols["cjk_char_ratio"][i] = len(_CJK_RE.findall(d)) / n if n else _NAN
+    for i, text, lang in zip(rows.tolist(), texts, langs):
         cols["cjk_stop_chars"][i] = sum(1 for c in stop_sets[lang] if c in text)
         cols["cjk_sentences"][i] = len(_CJK_SENTENCE_END_RE.findall(text))
         lines = text.splitlines()
         cols["cjk_lines"][i] = len(lines)
-        cols["gopher_bullet_line_ratio"][i], cols["gopher_ellipsis_line_ratio"][i] = _line_marks(lines)
+        cols["gopher_bullet_line_ratio"][i], cols["gopher_ellipsis_line_ratio"][i] = _line_marks(lines, text)
         for name, v in zip(REPETITION_COLUMNS[:4], _line_repetition(text)):
             cols[name][i] = v
 

@@ -7,7 +7,6 @@ same, would move with `PYTHONHASHSEED`). An n-gram's hash rolls its units' hashe
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -134,10 +133,11 @@ def ngram_repetition(
     repeated: np.ndarray | None = None  # units whose (n-1)-gram occurs twice or more in its document
     smallest = min((*top_ns, *dup_ns))
     for n in range(1, max((*top_ns, *dup_ns)) + 1):
-        if n > 1:
-            hashes = hashes[:-1] * _P + h[n - 1:]
-        if n < smallest:
-            continue
+        if n <= smallest:
+            if n > 1:
+                hashes = hashes[:-1] * _P + h[n - 1:]
+            if n < smallest:
+                continue
         if repeated is None:
             cand = np.arange(len(hashes))
         else:
@@ -146,6 +146,12 @@ def ngram_repetition(
             ok[ok] = repeated[nxt[ok]] == repeated[ok] + 1
             cand = repeated[ok]
         cand = cand[units.left[cand] >= n]
+        if n > smallest:
+            # Rolled only where an n-gram is a candidate: later candidates are among these, so the other entries
+            # (still (n-1)-gram hashes) are never read again. In place: a few percent of the units, not all.
+            if hashes is h:  # smallest n is 1: the units' own hashes, not to be written over
+                hashes = h.copy()
+            hashes[cand] = hashes[cand] * _P + h[cand + n - 1]
         keys = units.tag[cand] | (hashes[cand] >> _HASH_SHIFT)
         order, starts, counts = _runs(keys)
         if n in top_ns:
@@ -180,11 +186,10 @@ def _walk_duplicates(units: Units, positions: np.ndarray, keys: np.ndarray, n: i
     return out
 
 
-def word_units(tokens: list[list[str]], vocab: Vocabulary) -> tuple[Units, np.ndarray]:
-    """Words as units (documents' tokens, concatenated), and each word's id in `vocab` (which hashes and measures
-    the words it has not seen yet)."""
-    ids = vocab.ids(list(chain.from_iterable(tokens)))
-    count = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+def text_units(texts: Sequence[str], vocab: Vocabulary) -> tuple[Units, np.ndarray]:
+    """The texts' words (`split_words`) as units, and each word's id in `vocab` (which cuts, hashes and measures
+    the pieces and words it has not seen yet)."""
+    ids, count = vocab.text_ids(texts)
     return Units(vocab.hashes[ids], vocab.lengths[ids], count), ids
 
 
