@@ -114,3 +114,35 @@ def test_rank_over_arrays_is_the_order_of_the_keep_rules():
         want = sorted(range(n), key=lambda i: (order[int(nodes[i])], int(nodes[i])))
         got = ranked(nodes, Clusters._rank(keep, members, nodes))(nodes)
         assert got.tolist() == want, keep
+
+
+def test_edges_scattered_once_per_batch_are_the_rows_each_batch_reads(tmp_path, monkeypatch):
+    """The clusters task writes every edge row once to its batch's file and reads one file per batch: the same rows
+    (as multisets, copies included) as filtering every edge file for that batch."""
+    rng = np.random.default_rng(5)
+    edges = _web_like_edges(rng)
+    stage_dir = tmp_path / "dedup"
+    (stage_dir / "_work" / "edges").mkdir(parents=True)
+    part = rng.integers(0, 5, edges.num_rows)
+    for p in range(5):
+        pq.write_table(edges.filter(pa.array(part == p)), stage_dir / "_work" / "edges" / f"p{p:04d}.parquet")
+    ctx = SimpleNamespace(fs=pyarrow.fs.LocalFileSystem(), stage_dir=str(stage_dir))
+    files = _edge_files(ctx)
+    nodes, comp, _ = _component_index(ctx, files)
+    monkeypatch.setattr(dedup_stage, "_EDGES_PER_BATCH", edges.num_rows // 6)
+    batch_of = dedup_stage._batches(ctx, files, nodes, comp)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    paths = dedup_stage._scatter_edges(ctx, files, nodes, batch_of, str(scratch))
+    assert len(paths) == int(batch_of.max()) + 1 >= 4
+
+    def rows(tables) -> list:
+        table = pa.concat_tables(list(tables)) if tables else None
+        return sorted(zip(*[table.column(c).to_pylist() for c in ("a", "b", "jaccard", "exact")])) if table else []
+
+    total = 0
+    for batch, path in enumerate(paths):
+        got = rows(list(dedup_stage._read_scattered(path)))
+        assert got == rows(list(_batch_edges(ctx, files, nodes, batch_of, batch)))
+        total += len(got)
+    assert total == edges.num_rows
