@@ -432,7 +432,7 @@ def test_vocabulary_gives_each_word_its_hash_length_and_class():
     vocab.limit = 50
     for text in ["the cat, the hat: 3.14 ... é 🙂", "brand new words " * 3 + " ".join(map(str, range(80))), "the cat"]:
         words = split_words(text)
-        ids = vocab.ids(words)
+        ids, _ = vocab.text_ids([text])
         assert vocab.hashes[ids].tolist() == token_hashes(words).tolist()
         assert vocab.lengths[ids].tolist() == [len(w) for w in words]
         assert vocab.classes[ids].tolist() == [token_class(w) for w in words]

@@ -33,8 +33,13 @@ SPLITS = ("train", "valid")
 log = logging.getLogger(__name__)
 
 
+def _key_seed(seed: int) -> int:
+    """The xxh3 seed of the keyed hash of ids (`_key`), from the run's seed."""
+    return (seed ^ 0x70C3) & 0xFFFFFFFFFFFFFFFF
+
+
 def _key(seed: int, doc_id: str) -> int:
-    return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=(seed ^ 0x70C3) & 0xFFFFFFFFFFFFFFFF)
+    return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=_key_seed(seed))
 
 
 def training_sample(paths: Sequence[str], fs, seed: int, n: int) -> list[str]:
@@ -77,7 +82,7 @@ def sample_bound(total_docs: int, n: int) -> int:
 def sample_candidates(ids: pa.ChunkedArray | pa.Array, seed: int, below: int) -> dict[str, list]:
     """The rows of one shard whose id's keyed hash is under `below`: their rows, keys and ids."""
     ids = ids.to_pylist()  # a Python call per id, but in every shard's task at once, not in the one-task phase
-    seed64 = (seed ^ 0x70C3) & 0xFFFFFFFFFFFFFFFF  # as `_key`, without a Python call per id around it
+    seed64 = _key_seed(seed)  # `_key`, without a Python call per id around it
     keys = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8"), seed=seed64) for i in ids), dtype=np.uint64,
                        count=len(ids))
     rows = np.flatnonzero(keys < np.uint64(below)) if below < 2**64 else np.arange(len(ids))

@@ -102,13 +102,6 @@ class Vocabulary(dict):
             self._piece_tokens = np.concatenate((self._piece_tokens, np.array(p.new_tokens, dtype=np.int64)))
             p.new_tokens, p.new_sizes = [], []
 
-    def ids(self, tokens: Sequence[str]) -> np.ndarray:
-        """The id of each token (int64), measuring the tokens never seen before."""
-        self._reset_if_full()
-        ids = np.fromiter(map(self.__getitem__, tokens), dtype=np.int64, count=len(tokens))
-        self._commit()
-        return ids
-
     def text_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The ids of the words (`split_words`) of every text, concatenated (int64), and each text's word count.
 
