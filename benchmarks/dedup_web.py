@@ -4,7 +4,7 @@ the driver and of every Ray worker process, clusters found against planted, reca
 unrelated documents with their true Jaccard, the candidate counts and their caps, and dedup's phase files against
 its input.
 
-    python benchmarks/dedup_web.py [--gb 10] [--dir bench] [--workers 2] [--partitions 32]
+    python benchmarks/dedup_web.py [--gb 10] [--dir bench] [--workers 2] [--partitions 64]
 
 The corpus (generated once per size and seed, then reused): documents of 100-249 random words over a 5,000-word
 vocabulary (about 1 KB). Cluster sizes are 1 + Zipf(2.0), redrawn above 10,000, until 30% of the documents are in
@@ -251,7 +251,9 @@ def main() -> int:
     parser.add_argument("--gb", type=float, default=10.0, help="text to generate, GB (about 830,000 documents each)")
     parser.add_argument("--dir", default="bench")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--partitions", type=int, default=32)
+    # 64 at 10 GB: each verify task holds the shingles of its pairs' documents (at 3 GB, 32 partitions reached
+    # 1.1 GB a task).
+    parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 

@@ -67,7 +67,7 @@ BENCHMARKS: list[Benchmark] = [
               quick=("--docs", "400", "--check", "400", "--max-cluster", "100"), takes_dir=False),
     Benchmark("dedup_quality", "dedup_quality.py", quick=("--docs", "1000"), needs=("scipy",)),
     Benchmark("dedup_scale", "dedup_scale.py", quick=("--docs", "5000")),
-    Benchmark("dedup_web", "dedup_web.py", quick=("--gb", "0.005")),
+    Benchmark("dedup_web", "dedup_web.py", quick=("--gb", "0.005", "--partitions", "8")),
     Benchmark("manifest_diff", "manifest_diff.py", quick=("--docs", "50000", "--common", "20000", "--repeats", "1"),
               needs=("polars",)),
     Benchmark("decontaminate", "decontaminate.py", quick=("--target-mb", "2")),

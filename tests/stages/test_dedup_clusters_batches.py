@@ -47,10 +47,18 @@ def test_batches_of_components_decide_what_one_pass_over_every_edge_decides(tmp_
     files = _edge_files(ctx)
     assert len(files) == 12
 
-    nodes, comp, rows = _component_index(ctx, files)
+    nodes, comp, count = _component_index(ctx, files)
     want_nodes, want_comp = components(np.stack([edges.column("a").to_numpy(), edges.column("b").to_numpy()], 1))
-    assert rows == copies.num_rows
+    a = copies.column("a").to_numpy()
+    want_count = np.bincount(np.searchsorted(want_nodes, a), minlength=want_nodes.size)
+    assert count.sum() == copies.num_rows
     assert nodes.tolist() == want_nodes.tolist() and comp.tolist() == want_comp.tolist()
+    assert count.tolist() == want_count.tolist()
+    # Merged a few files at a time (each merge carries the components so far): the same index and counts.
+    for group_rows in (1, copies.num_rows // 5):
+        monkeypatch.setattr(dedup_stage, "_INDEX_ROWS", group_rows)
+        got = _component_index(ctx, files)
+        assert [x.tolist() for x in got] == [nodes.tolist(), comp.tolist(), count.tolist()]
     assert len(set(comp.tolist())) > 100
 
     key = {int(d): (int(rng.integers(0, 3)), int(d)) for d in nodes}  # ties on the first rule: broken by doc
@@ -76,7 +84,7 @@ def test_batches_of_components_decide_what_one_pass_over_every_edge_decides(tmp_
     sizes = np.bincount(np.searchsorted(nodes, comp))
     for budget in (whole.num_rows // 2, whole.num_rows // 7, int(sizes.max()) - 1):
         monkeypatch.setattr(dedup_stage, "_EDGES_PER_BATCH", budget)
-        batch_of = dedup_stage._batches(ctx, files, nodes, comp)
+        batch_of = dedup_stage._batches(nodes, comp, count)
         batches = int(batch_of.max()) + 1
         assert batches >= 2
         got, seen = {}, []
@@ -128,9 +136,9 @@ def test_edges_scattered_once_per_batch_are_the_rows_each_batch_reads(tmp_path, 
         pq.write_table(edges.filter(pa.array(part == p)), stage_dir / "_work" / "edges" / f"p{p:04d}.parquet")
     ctx = SimpleNamespace(fs=pyarrow.fs.LocalFileSystem(), stage_dir=str(stage_dir))
     files = _edge_files(ctx)
-    nodes, comp, _ = _component_index(ctx, files)
+    nodes, comp, count = _component_index(ctx, files)
     monkeypatch.setattr(dedup_stage, "_EDGES_PER_BATCH", edges.num_rows // 6)
-    batch_of = dedup_stage._batches(ctx, files, nodes, comp)
+    batch_of = dedup_stage._batches(nodes, comp, count)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     paths = dedup_stage._scatter_edges(ctx, files, nodes, batch_of, str(scratch))
