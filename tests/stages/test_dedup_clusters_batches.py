@@ -104,8 +104,9 @@ def test_batches_of_components_decide_what_one_pass_over_every_edge_decides(tmp_
 
 
 def test_rank_over_arrays_is_the_order_of_the_keep_rules():
-    """The array rank that the clusters task visits documents in equals the Python sort keys of `_order` for every
-    rule set, ids beyond ASCII included (Arrow compares UTF-8 bytes, Python code points: the same order)."""
+    """The array rank that verify and the clusters task visit documents in equals Python's sort by the `keep` rules
+    (longest: -length, shortest: length, lowest_id: id), then id, then reference, for every rule set, ids beyond
+    ASCII included (Arrow compares UTF-8 bytes, Python code points: the same order)."""
     from tokenmill.stages.dedup.stage import Clusters
 
     rng = np.random.default_rng(7)
@@ -116,10 +117,12 @@ def test_rank_over_arrays_is_the_order_of_the_keep_rules():
     lengths = rng.integers(0, 5, n)  # many equal lengths
     members = pa.table({"id": pa.array(ids, pa.string()), "length": pa.array(lengths, pa.int64()),
                         "source": pa.array(["s"] * n, pa.string())})
-    as_dict = {int(d): (i, int(k), "s") for d, i, k in zip(nodes, ids, lengths)}
     for keep in (["longest", "lowest_id"], ["shortest"], ["lowest_id"], ["longest"]):
-        order = Clusters._order(keep, as_dict)
-        want = sorted(range(n), key=lambda i: (order[int(nodes[i])], int(nodes[i])))
+        def key(i: int, keep=keep) -> tuple:
+            rules = [-int(lengths[i]) if r == "longest" else int(lengths[i]) if r == "shortest" else ids[i] for r in keep]
+            return (*rules, ids[i], int(nodes[i]))
+
+        want = sorted(range(n), key=key)
         got = ranked(nodes, Clusters._rank(keep, members, nodes))(nodes)
         assert got.tolist() == want, keep
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +18,8 @@ import yaml
 from tests.conftest import write_jsonl
 from tests.pipeline.test_runner import run_into, tree
 from tokenmill.demo.planted import jaccard
-from tokenmill.stages.dedup.stage import _doc_ref, _exact_digests, _read_rows, _rows_by_shard
+from tokenmill.pipeline.documents import read_rows
+from tokenmill.stages.dedup.stage import _doc_ref, _exact_digests, _rows_by_shard
 
 pytestmark = pytest.mark.ray
 
@@ -234,10 +234,10 @@ def test_rows_read_back_are_the_rows_a_whole_read_gives(tmp_path):
                    row_group_size=64)
     assert pq.ParquetFile(path).metadata.num_row_groups > 10
     rows = np.array([0, 3, 63, 64, 65, 300, 301, 700, 999])
-    ctx = SimpleNamespace(fs=pyarrow.fs.LocalFileSystem())
-    got = _read_rows(ctx, str(path), rows, ["id", "text", "lang"])  # a column the file lacks is left out
-    assert got.column_names == ["id", "text"]
-    assert got.to_pylist() == pq.read_table(path).take(pa.array(rows)).to_pylist()
+    for fs in (pyarrow.fs.LocalFileSystem(), None):
+        got = read_rows(str(path), rows, ["id", "text", "lang"], fs)  # a column the file lacks is left out
+        assert got.column_names == ["id", "text"]
+        assert got.to_pylist() == pq.read_table(path).take(pa.array(rows)).to_pylist()
 
     docs = np.r_[_doc_ref(2, np.array([5, 1])), _doc_ref(0, np.array([7])), _doc_ref(2, np.array([5]))]
     split = [(i, d.tolist(), r.tolist()) for i, d, r in _rows_by_shard(docs)]

@@ -7,10 +7,10 @@ import re
 
 import types
 import typing
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer
 
 from tokenmill.errors import ConfigError
 
@@ -74,6 +74,18 @@ class StrictModel(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    later_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields that joined the block after runs were made with it: left out of the dump while at their default, so
+    that the identity of a config written before them (a stage's resume key, the golden manifests) does not move."""
+
+    @model_serializer(mode="wrap")
+    def _later_fields_out_at_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        for name in self.later_fields:
+            if name in out and getattr(self, name) == type(self).model_fields[name].default:
+                del out[name]
+        return out
 
     @field_validator("*", mode="before")
     @classmethod

@@ -94,6 +94,23 @@ def read_shard(path: str, filesystem=None) -> pa.Table:
     return table
 
 
+def read_rows(path: str, rows: np.ndarray, columns: list[str], filesystem=None) -> pa.Table:
+    """The given rows (ascending) of one Parquet file, only `columns` (those it has), reading only the row groups
+    that hold them: what dedup's verify and clusters and tokenize's sample read back."""
+    rows = np.asarray(rows, dtype=np.int64)
+    with (filesystem.open_input_file(path) if filesystem is not None else open(path, "rb")) as f:
+        pf = pq.ParquetFile(f)
+        meta = pf.metadata
+        starts = np.r_[0, np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])]
+        groups = np.searchsorted(starts, rows, side="right") - 1
+        wanted = np.unique(groups)
+        names = set(pf.schema_arrow.names)
+        table = pf.read_row_groups(wanted.tolist(), columns=[c for c in columns if c in names])
+    # Row r of group g sits at (rows read before g) + r - starts[g] in the table just read.
+    before = np.r_[0, np.cumsum(starts[wanted + 1] - starts[wanted])][np.searchsorted(wanted, groups)]
+    return table.take(pa.array(before + rows - starts[groups], pa.int64())).replace_schema_metadata(None)
+
+
 def last_read(path: str) -> pa.Table | None:
     """The table `read_shard` last returned, if it read `path` and the table is still alive: what a task that
     writes its input shard back unchanged can compare with, at no memory cost (the reference is weak)."""

@@ -43,6 +43,8 @@ class IngestConfig(StageConfig):
     source with fewer than 64 files smaller than this (`ingest.PACK_MIN_FILES`). Unset: 64 MiB, and left out of the
     stage's identity, so runs that pack nothing keep their keys."""
 
+    later_fields = ("pack_bytes",)
+
 
 @dataclass(frozen=True)
 class SourceFile:
@@ -222,9 +224,7 @@ class IngestStage(SourceStage):
         # An upgraded HTML extractor yields other text from the same files: that must recompute too.
         libraries = {s.format: READERS[s.format].library_versions() for s in self.run.sources.values()
                      if READERS[s.format].libraries}
-        # An unset `pack_bytes` is left out, so a run that packs nothing keeps the key it had before packing existed.
-        config = self.config.model_dump(mode="json", exclude={"pack_bytes"} if self.config.pack_bytes is None else None)
-        return {"config": config, "sources": readers,
+        return {"config": self.config.model_dump(mode="json"), "sources": readers,
                 **({"libraries": dict(sorted(libraries.items()))} if libraries else {})}
 
     def input_listing(self) -> list[dict[str, Any]]:

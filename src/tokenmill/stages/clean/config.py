@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from pydantic import model_serializer
+from typing import Optional
 
 from tokenmill.pipeline.config_base import StageConfig, StrictModel
 from tokenmill.stages.clean.escapes import EscapePolicy
@@ -38,18 +36,7 @@ class CleanOverride(StrictModel):
     langid: Optional[LangidConfig] = None
     """The language-identification settings for these documents, e.g. a higher `min_score` for a multilingual forum."""
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler) -> dict[str, Any]:
-        # Fields that joined the override later (pii, langid, a new filter's) stay out of the dump while unset, so
-        # the run identity (the resume key, the golden manifests) of a config written before them does not move.
-        data = handler(self)
-        for key in [k for k, v in data.items() if v is None and k not in _FIRST_FIELDS]:
-            del data[key]
-        return data
-
-
-_FIRST_FIELDS = ("source", "subset", "escapes", "quality", "normalize")
-"""The override's fields before filters shared one lookup: always in the dump, as they always were."""
+    later_fields = ("pii", "langid")  # a filter's settings field added here joins this list
 
 
 class CleanConfig(StageConfig):

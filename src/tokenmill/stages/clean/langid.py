@@ -19,10 +19,10 @@ import importlib.util
 import logging
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import Field, field_validator
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StrictModel
@@ -54,15 +54,7 @@ class LangidConfig(StrictModel):
     quick_min_score: float = Field(default=0.9, ge=0, le=1)
     """The score from which the `quick_chars` verdict stands."""
 
-    @model_serializer(mode="wrap")
-    def _without_quick_when_off(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A config that does not use `quick_chars` dumps as before the option existed: the stage's identity and
-        # the manifests of existing runs stay the same.
-        out = handler(self)
-        if self.quick_chars is None and self.quick_min_score == LangidConfig.model_fields["quick_min_score"].default:
-            out.pop("quick_chars", None)
-            out.pop("quick_min_score", None)
-        return out
+    later_fields = ("quick_chars", "quick_min_score")
 
     @field_validator("same_language")
     @classmethod

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
-from itertools import repeat
 from typing import Any, Mapping
 
 import numpy as np
@@ -34,7 +33,7 @@ from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
 from tokenmill.dedup.verify import verify
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
-from tokenmill.pipeline.documents import parquet_bytes, read_shard
+from tokenmill.pipeline.documents import parquet_bytes, read_rows, read_shard
 from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
 from tokenmill.stages.dedup.config import DedupConfig
@@ -73,22 +72,6 @@ def _read_columns(ctx: TaskContext, path: str, columns: list[str]) -> pa.Table:
         pf = pq.ParquetFile(f)
         names = set(pf.schema_arrow.names)
         return pf.read(columns=[c for c in columns if c in names]).replace_schema_metadata(None)
-
-
-def _read_rows(ctx: TaskContext, path: str, rows: np.ndarray, columns: list[str]) -> pa.Table:
-    """The given rows (ascending, unique) of one Parquet file, only `columns` (those it has), reading only the row
-    groups that hold them."""
-    with ctx.fs.open_input_file(path) as f:
-        pf = pq.ParquetFile(f)
-        meta = pf.metadata
-        starts = np.r_[0, np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])]
-        groups = np.searchsorted(starts, rows, side="right") - 1
-        wanted = np.unique(groups)
-        names = set(pf.schema_arrow.names)
-        table = pf.read_row_groups(wanted.tolist(), columns=[c for c in columns if c in names])
-    # Row r of group g sits at (rows read before g) + r - starts[g] in the table just read.
-    before = np.r_[0, np.cumsum(starts[wanted + 1] - starts[wanted])][np.searchsorted(wanted, groups)]
-    return table.take(pa.array(before + rows - starts[groups], pa.int64())).replace_schema_metadata(None)
 
 
 def _rows_by_shard(docs: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -260,21 +243,21 @@ class Verify(Phase):
 
     @staticmethod
     def _read_back(stage: "DedupStage", ctx: TaskContext, paths: list[str], needed: np.ndarray
-                   ) -> tuple[dict[int, np.ndarray], dict[int, tuple[str, int, None]]]:
-        """Shingle sets and (id, length) of the `needed` documents: their text read back from the input shards (each
-        shard once, only its needed rows) and shingled exactly as `signatures` did."""
+                   ) -> tuple[dict[int, np.ndarray], pa.Table]:
+        """Shingle sets and (id, length) of the `needed` documents (sorted, unique; the table in their order): their
+        text read back from the input shards (each shard once, only its needed rows) and shingled exactly as
+        `signatures` did."""
         cfg: DedupConfig = stage.config
         shingles: dict[int, np.ndarray] = {}
-        members: dict[int, tuple[str, int, None]] = {}
+        parts = [pa.table({"id": pa.array([], pa.string()), "length": pa.array([], pa.int64())})]
         for index, docs, rows in _rows_by_shard(needed):
-            table = _read_rows(ctx, storage.join(ctx.input_dir, paths[index]), rows, ["id", "text", "source", "lang"])
+            table = read_rows(storage.join(ctx.input_dir, paths[index]), rows, ["id", "text", "source", "lang"], ctx.fs)
             sets = shingle_hashes_many(table.column("text").to_pylist(), _langs(stage, table),
                                        word_ngram=cfg.word_ngram, char_ngram=cfg.char_ngram)
-            lengths = pc.utf8_length(table.column("text")).cast(pa.int64()).to_pylist()
-            refs = docs.tolist()
-            shingles.update(zip(refs, sets))
-            members.update(zip(refs, zip(table.column("id").to_pylist(), lengths, repeat(None))))
-        return shingles, members
+            shingles.update(zip(docs.tolist(), sets))
+            parts.append(pa.table({"id": table.column("id").cast(pa.string()),
+                                   "length": pc.utf8_length(table.column("text")).cast(pa.int64())}))
+        return shingles, pa.concat_tables(parts)
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return _sum_counts(results)
@@ -295,10 +278,11 @@ class Verify(Phase):
                   "buckets_over_cap_second_pass": 0, "pairs_not_verified": 0}
         edges, sims = [near[keep]], [jaccard[keep]]
         if over_doc.size:
-            order = Clusters._order(cfg.keep, members)
+            # Members in the clusters phase's visit order (the `keep` rules, then id, then reference).
+            visit = ranked(needed, Clusters._rank(cfg.keep, members, needed))
             starts = np.flatnonzero(np.r_[True, over_bucket[1:] != over_bucket[:-1]])
             for group in np.split(over_doc, starts[1:]):
-                docs = sorted(group.tolist(), key=order.__getitem__)
+                docs = group[visit(group)].tolist()
                 found = cluster_bucket(docs, shingles, cfg.threshold, cfg.max_comparisons_per_document)
                 edges.append(found.pairs)
                 sims.append(found.jaccard)
@@ -476,13 +460,11 @@ def _scatter_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, batch_
         for writer in writers:
             if writer is not None:
                 writer.close()
-    return [path if writer is not None else None for path, writer in zip(paths, writers)]
+    return [path for path, writer in zip(paths, writers) if writer is not None]
 
 
-def _read_scattered(path: str | None):
-    """One batch's edges from `_scatter_edges`, a record batch at a time (none where the batch got no rows)."""
-    if path is None:
-        return
+def _read_scattered(path: str):
+    """One batch's edges from `_scatter_edges`, a record batch at a time."""
     with pa.OSFile(path) as source:  # read into memory, not mapped: the tables outlive the file
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
@@ -615,28 +597,19 @@ class Clusters(Phase):
         phase's `_work/docs`; each shard once."""
         parts = []
         for index, _, rows in _rows_by_shard(nodes):
-            table = _read_rows(ctx, storage.join(ctx.input_dir, paths[index]), rows, ["id", "source"])
-            lengths = _read_rows(ctx, storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), rows,
-                                 ["length"]).column("length")
+            table = read_rows(storage.join(ctx.input_dir, paths[index]), rows, ["id", "source"], ctx.fs)
+            lengths = read_rows(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), rows,
+                                ["length"], ctx.fs).column("length")
             parts.append(pa.table({"id": table.column("id").cast(pa.string()), "length": lengths.cast(pa.int64()),
                                    "source": table.column("source").cast(pa.string())}))
         schema = pa.schema({"id": pa.string(), "length": pa.int64(), "source": pa.string()})
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
     @staticmethod
-    def _order(keep: list[str], members: Mapping[int, tuple[str, int, str]]) -> dict[int, tuple]:
-        """Sort key per document from the `keep` rules (smaller first), ties broken by id, then reference (verify's
-        order for the documents of over-cap buckets; :meth:`_rank` is the same order over arrays)."""
-        order = {}
-        for doc, (doc_id, length, _) in members.items():
-            key = [-length if rule == "longest" else length if rule == "shortest" else doc_id for rule in keep]
-            order[doc] = (*key, doc_id, doc)
-        return order
-
-    @staticmethod
     def _rank(keep: list[str], members: pa.Table, nodes: np.ndarray) -> np.ndarray:
         """Each node's place in the visit order from the `keep` rules (smaller first), ties broken by id, then
-        reference: one Arrow sort (strings compare as UTF-8 bytes, the same order as Python's code points)."""
+        reference: one Arrow sort (strings compare as UTF-8 bytes, the same order as Python's code points). Verify
+        orders the members of over-cap groups by it too, so leader clustering starts where the clusters phase would."""
         length = members.column("length").to_numpy()
         keys = {}
         for i, rule in enumerate(keep):

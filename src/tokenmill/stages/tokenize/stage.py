@@ -18,7 +18,7 @@ import xxhash
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import parquet_bytes, read_shard
+from tokenmill.pipeline.documents import parquet_bytes, read_rows, read_shard
 from tokenmill.pipeline.stats import NO_SUBSET
 from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
@@ -132,16 +132,7 @@ class _Text:
 
 def _read_texts(path: str, fs, rows: np.ndarray) -> list[str]:
     """The text of the given rows (ascending) of a Parquet shard, reading only the row groups that hold them."""
-    file = pq.ParquetFile(path, filesystem=fs)
-    sizes = np.array([file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    group_of = np.searchsorted(starts, rows, side="right") - 1
-    groups = np.unique(group_of)
-    table = file.read_row_groups(groups.tolist(), columns=["text"])
-    # Row r of the shard, in group g, is row r - starts[g] + (rows of the chosen groups before g) of `table`.
-    before = np.zeros(len(sizes), dtype=np.int64)
-    before[groups] = np.cumsum(sizes[groups]) - sizes[groups]
-    return table.column("text").take(pa.array(rows - starts[group_of] + before[group_of])).to_pylist()
+    return read_rows(path, rows, ["text"], fs).column("text").to_pylist()
 
 
 class SampleIds(Phase):
