@@ -77,6 +77,13 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> int:
     return tokenizer_train(args)
 
 
+def cmd_quality_train(args: argparse.Namespace) -> int:
+    """`tokenmill quality train CONFIG`: a fastText quality classifier from positives and negatives, with its sidecar."""
+    from tokenmill.classifier.commands import quality_train
+
+    return quality_train(args)
+
+
 def cmd_tokens_stats(args: argparse.Namespace) -> int:
     """`tokenmill tokens stats RUN`: tokens per source and split, document length percentiles, a few decoded documents."""
     from tokenmill.tokenize.commands import tokens_stats
@@ -147,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config")
     train.add_argument("--out", help="where to save tokenizer.json (default: <output>/tokenizer.json)")
     train.set_defaults(func=cmd_tokenizer_train)
+
+    quality = sub.add_parser("quality", help="model-based quality: fastText classifiers")
+    quality_sub = quality.add_subparsers(dest="quality_command", required=True)
+    qtrain = quality_sub.add_parser("train", help="train a fastText classifier on positives and negatives; writes "
+                                                  "model.bin and model.json (options, data hashes, valid measures)")
+    qtrain.add_argument("config", help="classifier config (YAML, see docs/classifier.md)")
+    qtrain.set_defaults(func=cmd_quality_train)
 
     tokens = sub.add_parser("tokens", help="inspect the tokenize stage's output")
     tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)

@@ -1,0 +1,51 @@
+"""Scoring texts with a fastText classifier: what the trainer's validation and the clean filter both call."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+
+from tokenmill.classifier.config import PrepareOptions
+from tokenmill.classifier.prepare import prepare
+from tokenmill.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def load_model(path: str):
+    """A fastText `.bin` (or `.ftz`) loaded by path; nothing is downloaded. Raises ConfigError naming the file."""
+    import fasttext
+
+    try:
+        return fasttext.load_model(str(path))
+    except ValueError as err:  # fastText's message for a missing or foreign file
+        raise ConfigError(f"cannot load fastText model {path}: {err}") from None
+
+
+def model_labels(model) -> list[str]:
+    """Every label the model answers, read from the model itself."""
+    return list(model.get_labels())
+
+
+def score_texts(model, texts: Sequence[str], options: PrepareOptions, label: str) -> np.ndarray:
+    """The probability of `label` for each text (float32 in [0, 1]), each prepared by `prepare(text, options)`.
+
+    Texts come as the clean chain hands them on: normalized. A text with nothing left after preparation scores as
+    fastText scores an empty line (the labels' prior learned from the bias alone). One `multilinePredict` call
+    for the whole list, asking for every label (`k=-1`, with a negative threshold so that none is left out), so
+    the score of `label` is read even where it is not the most likely one.
+    """
+    if not texts:
+        return np.zeros(0, dtype=np.float32)
+    lines = [prepare(t, options) for t in texts]
+    labels, probs = model.predict(lines, k=-1, threshold=-1.0)
+    out = np.zeros(len(lines), dtype=np.float32)
+    for i, (names, values) in enumerate(zip(labels, probs)):
+        for name, value in zip(names, values):
+            if name == label:
+                out[i] = value
+                break
+    # fastText adds 1e-5 inside its log before exponentiating again: a sure answer reads 1.00001
+    return np.clip(out, 0.0, 1.0)
