@@ -182,6 +182,11 @@ def test_an_unset_variable_in_any_path_is_refused_naming_the_key(tmp_path, base,
     elif field.startswith("sources"):
         data["sources"] = [{**base["sources"][0], "paths": [bad] if "paths" in field else ["data/*.jsonl"],
                             **({"root": bad} if "root" in field else {})}]
+    elif "classifiers" in field:
+        classifier = {"name": "hq", "model": bad, "keep": {"threshold": 0.5}}
+        clean = {"classifiers": [classifier]} if field.startswith("stages.clean.classifiers") else \
+            {"overrides": [{"source": "s", "classifiers": [classifier]}]}
+        data["stages"] = {"clean": clean}
     elif "clean" in field:
         data["stages"] = {"clean": {"blocklist": bad}}
     elif "decontaminate" in field:

@@ -1,6 +1,8 @@
 """Every declared drop reason of every stage and of every clean filter has an input that produces it.
 
-The reasons come from the code (`declared_stage_reasons`, `declared_filter_reasons`), the inputs from `CASES` and
+The reasons come from the code (`declared_stage_reasons`, `declared_filter_reasons`): each stage class's, and for a
+stage whose reasons depend on its config (the clean stage's `low_<name>_score` per classifier), those of an instance
+built from a config in `CONFIGURED`. The inputs come from `CASES` and
 `FILTER_CASES` here and from any test module under `tests/stages/` that defines `DROP_REASON_CASES` (so a new stage
 brings its cases in its own test file). A declared reason without a case fails `test_every_declared_reason_has_a_case`;
 a case that does not produce its reason fails its own test. Stages run their pure `process` on Arrow tables, ingest
@@ -21,10 +23,12 @@ import pytest
 import yaml
 
 from tests.conftest import write_jsonl
+from tests.stages.clean.classifier_model import WEB_TEXT, train_tiny
 from tests.stages.clean.test_escapes import KIND_EXAMPLES
 from tokenmill.pipeline.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
 from tokenmill.readers import READERS
+from tokenmill.stages.clean.classifiers import ClassifierConfig
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.escapes import EscapePolicy
 from tokenmill.stages.clean.filter import Batch, Filter
@@ -40,17 +44,33 @@ from tokenmill.stages.clean.quality import (
 from tokenmill.stages.clean.stage import CleanStage
 
 
-def declared_stage_reasons() -> dict[str, tuple[str, ...]]:
-    """Every registered stage's declared drop reasons, by stage name (ingest included)."""
+CONFIGURED: dict[str, dict[str, Any]] = {
+    "clean": {"classifiers": [{"name": "hq", "model": "model/model.bin", "keep": {"threshold": 0.9}}]},
+}
+"""Configs of stages whose instances declare reasons their class does not (built, never run: no file is opened)."""
+
+
+def configured_stage(name: str) -> Any:
     from tokenmill.pipeline.registry import stage_classes
 
-    classes = stage_classes()
-    return {name: tuple(cls.drop_reasons) for name, cls in classes.items()}
+    cls = stage_classes()[name]
+    return cls(cls.config_class.model_validate(CONFIGURED[name]), RunContext(seed=0, sources={}))
+
+
+def declared_stage_reasons() -> dict[str, tuple[str, ...]]:
+    """Every registered stage's declared drop reasons, by stage name (ingest included): its class's, and its
+    configured instance's for a stage in `CONFIGURED`."""
+    from tokenmill.pipeline.registry import stage_classes
+
+    declared = {name: tuple(cls.drop_reasons) for name, cls in stage_classes().items()}
+    for name in CONFIGURED:
+        declared[name] = tuple(dict.fromkeys([*declared[name], *configured_stage(name).drop_reasons]))
+    return declared
 
 
 def declared_filter_reasons() -> dict[str, tuple[str, ...]]:
-    """Every clean filter's declared drop reasons, by filter name."""
-    return {f.name: tuple(f.drop_reasons) for f in CleanStage.filters}
+    """Every clean filter's declared drop reasons, by filter name, as built for the configured clean stage."""
+    return {f.name: tuple(f.drop_reasons) for f in configured_stage("clean").chain.filters}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -63,6 +83,13 @@ FRENCH = ("Le comité s'est réuni mardi pour discuter du nouveau budget de la b
           "ont convenu que les salles de lecture devraient rester ouvertes plus tard le soir.")
 WORDS = "river mountain forest village harbor market bridge castle garden meadow valley island".split()
 HAN = "春夏秋冬东南西北上下左右"
+QUALITY_OFF = {"gopher_quality": None, "gopher_repetition": None, "c4": None, "cjk": None}
+
+
+def _tiny_classifier(tmp_path: Path, threshold: float = 0.9) -> list[ClassifierConfig]:
+    """A classifier `hq` trained for the test (about 1-2 s) whose threshold drops a web-like text."""
+    model = train_tiny(tmp_path / "tiny").model_path
+    return [ClassifierConfig(name="hq", model=str(model), keep={"threshold": threshold})]
 
 
 def _off(model: type, **on: Any) -> Any:
@@ -106,6 +133,8 @@ FILTER_CASES: dict[str, dict[str, tuple[str, str, Any]]] = {
     "blocklist": {"blocked_domain": (PROSE, "en", None)},
     "empty": {"empty_after_cleaning": (" \n\t ", "en", None)},
     "langid": {"wrong_language": (FRENCH, "en", LangidConfig())},
+    # settings from a function of the test's folder: the model is trained there
+    "classifiers": {"low_hq_score": (WEB_TEXT, "en", _tiny_classifier)},
     "gopher_quality": {reason: (text, "en", _quality("gopher_quality", **on)) for reason, text, on in (
         ("too_few_words", "Too short.", {"min_doc_words": 50}),
         ("too_many_words", "one two three four five", {"max_doc_words": 3}),
@@ -137,9 +166,14 @@ FILTER_CASES: dict[str, dict[str, tuple[str, str, Any]]] = {
 
 
 def run_filter(cls: type[Filter], text: str, lang: str, settings: Any, tmp_path: Path) -> tuple[Filter, str | None]:
-    """`cls` alone (after the quality scores it reads) on one document; the filter and the reason it gave."""
+    """`cls` alone (after the quality scores it reads) on one document, built as for the configured clean stage;
+    the filter and the reason it gave."""
     (tmp_path / "blocked.txt").write_text("spam.example\n")
-    chain = [QualityScores(), cls()] if cls.setting == "quality" and cls is not QualityScores else [cls()]
+    if callable(settings):
+        settings = settings(tmp_path)
+    config = CleanConfig.model_validate(CONFIGURED["clean"])
+    built = cls.build(config, config.overrides)
+    chain = [QualityScores(), built] if cls.setting == "quality" and cls is not QualityScores else [built]
     batch = Batch(ids=["d"], texts=[text], sources=["s"], subsets=[None], metas=['{"url": "https://spam.example/a"}'],
                   langs=[lang], lang_scores=pa.array([0.0], pa.float32()).to_numpy(zero_copy_only=False).copy())
     for f in chain:
@@ -163,8 +197,11 @@ def test_each_filter_reason_is_reached(name, reason, tmp_path):
 def test_the_clean_stage_declares_exactly_its_filters_reasons():
     from tokenmill.stages.clean.chain import chain_drop_reasons
 
-    assert set(CleanStage.drop_reasons) == {r for rs in declared_filter_reasons().values() for r in rs}
+    stage = configured_stage("clean")
+    assert set(stage.drop_reasons) == {r for rs in declared_filter_reasons().values() for r in rs}
+    assert stage.drop_reasons == chain_drop_reasons(stage.chain.filters)
     assert CleanStage.drop_reasons == chain_drop_reasons(CleanStage.filters)
+    assert set(stage.drop_reasons) - set(CleanStage.drop_reasons) == {"low_hq_score"}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -210,6 +247,11 @@ def _clean(text: str, language: str = "en", **config: Any) -> Case:
                           "meta": ["{}"]})
         return CleanStage(CleanConfig(**config), run).process(table, {}).drop_reason.to_pylist()
     return case
+
+
+def _classified(tmp: Path) -> list[str | None]:
+    classifiers = _tiny_classifier(tmp)
+    return _clean(WEB_TEXT, classifiers=classifiers, langid=None, quality=QUALITY_OFF)(tmp)
 
 
 def _sampled_out(tmp: Path) -> list[str | None]:
@@ -294,6 +336,7 @@ CASES: dict[str, dict[str, Case | tuple[Case, pytest.MarkDecorator]]] = {
         "empty_after_cleaning": _clean("\u200b\u2060\ufeff"),
         "wrong_language": _clean(FRENCH),
         "too_few_words": _clean("Too short."),
+        "low_hq_score": _classified,
     },
     "dedup": {"exact_duplicate": (_dedup, RAY), "near_duplicate": (_dedup, RAY)},
     "decontaminate": {

@@ -192,10 +192,13 @@ class Stage(ABC):
     """Columns that an earlier stage (or ingest) must provide."""
     uses: ClassVar[frozenset[str]] = frozenset()
     """Columns used when present, else filled from a fallback (`lang` from the source's `language`)."""
-    adds: ClassVar[tuple[pa.Field, ...]] = ()
-    """Annotation columns this stage adds to every row."""
-    drop_reasons: ClassVar[tuple[str, ...]] = ()
-    """The closed set of reasons this stage may drop a document for."""
+    adds: tuple[pa.Field, ...] = ()
+    """Annotation columns this stage adds to every row. Declared on the class; an instance may set its own in
+    `__init__` when its columns depend on its config (the clean stage's classifier scores): the chain check, the
+    map phase and the manifest read them through the instance."""
+    drop_reasons: tuple[str, ...] = ()
+    """The closed set of reasons this stage may drop a document for (declared on the class; an instance may set its
+    own in `__init__` from its config, as `adds`)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

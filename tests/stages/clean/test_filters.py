@@ -88,7 +88,7 @@ def test_the_stage_declares_what_its_filters_declare_and_keeps_todays_columns():
     assert len(set(CleanStage.drop_reasons)) == len(CleanStage.drop_reasons)
     order = [f.name for f in CleanStage.filters]
     assert order == ["escapes", "normalize", "pii", "blocklist", "empty", "langid", "quality_scores",
-                     "gopher_quality", "gopher_repetition", "c4", "cjk"]
+                     "gopher_quality", "gopher_repetition", "c4", "cjk", "classifiers"]
 
 
 def test_every_filter_setting_can_be_overridden():

@@ -15,12 +15,13 @@ STEPS_COLUMN = pa.field("clean_steps", pa.string())
 """The edits made to the text, in order, comma-separated (logged by the filters that edit)."""
 
 
-def chain_drop_reasons(filters: Iterable[type[Filter]]) -> tuple[str, ...]:
-    """Every reason the chain may give, in chain order, each once."""
+def chain_drop_reasons(filters: Iterable[type[Filter] | Filter]) -> tuple[str, ...]:
+    """Every reason the chain may give, in chain order, each once (of the classes: what every config declares; of
+    the instances `Filter.build` made: what this config declares)."""
     return tuple(dict.fromkeys(r for f in filters for r in f.drop_reasons))
 
 
-def chain_adds(filters: Sequence[type[Filter]]) -> tuple[pa.Field, ...]:
+def chain_adds(filters: Sequence[type[Filter] | Filter]) -> tuple[pa.Field, ...]:
     """The chain's columns: the language, then the columns of the filters that edit the text, the edit log, and
     the columns of the filters that only decide (in chain order within each)."""
     return (*LANGUAGE_COLUMNS, *(c for f in filters if f.edits for c in f.adds), STEPS_COLUMN,
@@ -31,8 +32,9 @@ class Chain:
     """Instances of the chain's filters, set up once per worker and run over one batch at a time."""
 
     def __init__(self, filters: Sequence[type[Filter]], config: Any, overrides: Sequence[Any]):
-        self.filters = [f() for f in filters]
-        self.adds = chain_adds(filters)
+        self.filters = [f.build(config, overrides) for f in filters]
+        self.adds = chain_adds(self.filters)
+        self.drop_reasons = chain_drop_reasons(self.filters)
         self._config, self._overrides = config, overrides
         self._settings: dict[tuple[str, str, str | None], Any] = {}
         self.ready = False

@@ -76,10 +76,12 @@ class Filter:
     setting: ClassVar[str | None] = None
     """The `CleanConfig` field that holds this filter's settings. An override for a source or subset that sets the
     same field replaces it for those documents; a null setting turns the filter off. None: no settings."""
-    drop_reasons: ClassVar[tuple[str, ...]] = ()
-    """The closed set of reasons `process` may give, each named for the failure."""
-    adds: ClassVar[tuple[pa.Field, ...]] = ()
-    """Annotation columns this filter adds to every row (initialised by `start`, filled by `process`)."""
+    drop_reasons: tuple[str, ...] = ()
+    """The closed set of reasons `process` may give, each named for the failure (an instance made by `build` may
+    declare its own)."""
+    adds: tuple[pa.Field, ...] = ()
+    """Annotation columns this filter adds to every row (initialised by `start`, filled by `process`; an instance
+    made by `build` may declare its own)."""
     edits: ClassVar[bool] = False
     """True for filters that change the text (their edits are logged in `clean_steps`)."""
 
@@ -103,37 +105,48 @@ class Filter:
         """This filter's sections of the manifest's report, from the stats summed over shards."""
         return {}
 
+    @classmethod
+    def build(cls, config: Any, overrides: Sequence[Any]) -> "Filter":
+        """The filter for a stage's config: a filter whose drop reasons or columns depend on the config (one per
+        configured classifier) sets its own `drop_reasons` and `adds` on the instance here. Default: `cls()`."""
+        return cls()
+
     def run(self, batch: Batch, settings_of) -> None:
         """Apply this filter to the rows of `batch` still kept: `settings_of(name, source, subset)` resolves a row's
         settings (see `resolve`); rows are processed in groups sharing settings, in row order within a group."""
+        for settings, rows in self.groups(batch, settings_of, batch.kept()):
+            verdicts = self.process(batch, rows, settings)
+            if verdicts is not None:
+                self.decide(batch, rows, verdicts)
+
+    def groups(self, batch: Batch, settings_of, rows: list[int]) -> list[tuple[Any, list[int]]]:
+        """`rows` grouped by their settings (in row order within a group); rows whose setting is null are left out."""
         groups: dict[int, tuple[Any, list[int]]] = {}
         if self.setting is None:
-            groups[0] = (None, batch.kept())
+            groups[0] = (None, rows)
         elif len(shared := {id(s): s for s in (settings_of(self.setting, *key) for key in batch.keys())}) == 1:
             # One setting for every source and subset of the shard (no override applies): no row-by-row lookup.
             (settings,) = shared.values()
             if settings is not None:
-                groups[0] = (settings, batch.kept())
+                groups[0] = (settings, rows)
         else:
-            for i in batch.kept():
+            for i in rows:
                 settings = settings_of(self.setting, batch.sources[i], batch.subsets[i])
                 if settings is None:
                     continue  # turned off for this document
                 groups.setdefault(id(settings), (settings, []))[1].append(i)
-        for settings, rows in groups.values():
-            if not rows:
+        return [(settings, group) for settings, group in groups.values() if group]
+
+    def decide(self, batch: Batch, rows: list[int], verdicts: Sequence[str | None]) -> None:
+        """Record a reason or None per row of `rows`: undeclared reasons refused, the first reason kept, drops counted."""
+        for i, reason in zip(rows, verdicts, strict=True):
+            if reason is None:
                 continue
-            verdicts = self.process(batch, rows, settings)
-            if verdicts is None:
-                continue
-            for i, reason in zip(rows, verdicts, strict=True):
-                if reason is None:
-                    continue
-                if reason not in self.drop_reasons:
-                    raise RuntimeError(f"clean filter {self.name!r} gave undeclared drop reason {reason!r}")
-                if batch.reasons[i] is None:  # the first reason a document gets is the one it keeps
-                    batch.reasons[i] = reason
-                    self.dropped[reason] += 1
+            if reason not in self.drop_reasons:
+                raise RuntimeError(f"clean filter {self.name!r} gave undeclared drop reason {reason!r}")
+            if batch.reasons[i] is None:  # the first reason a document gets is the one it keeps
+                batch.reasons[i] = reason
+                self.dropped[reason] += 1
 
 
 def resolve(config: Any, overrides: Sequence[Any], name: str, source: str, subset: str | None) -> Any:

@@ -1,4 +1,5 @@
-"""The clean stage's filters: each step (escapes, normalization, PII, blocklist, language, quality) as a `Filter`.
+"""The clean stage's filters: each step (escapes, normalization, PII, blocklist, language, quality, classifiers) as a
+`Filter`.
 
 The steps themselves are pure functions over text in their own modules; a filter here only carries a step's
 results onto the batch (text, columns, stats) and names its drops.
@@ -13,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from tokenmill.pipeline.documents import canonical_json
+from tokenmill.stages.clean.classifiers import Classifier, ClassifierConfig, configured, load
 from tokenmill.stages.clean.escapes import ESCAPE_DROP_REASONS, EscapePolicy, apply_policy
 from tokenmill.stages.clean.filter import Batch, Filter
 from tokenmill.stages.clean.langid import LangidConfig, identify, mismatch
@@ -20,6 +22,7 @@ from tokenmill.stages.clean.normalize import NormalizeConfig, normalize_with_lay
 from tokenmill.stages.clean.pii import PiiConfig, blocked, load_blocklist, replace_pii
 from tokenmill.stages.clean.quality import FAMILY_REASONS, QUALITY_SCORE_COLUMNS, QualityConfig, family_reasons
 from tokenmill.stages.clean.quality import quality_scores
+from tokenmill.stages.clean.score_histogram import BINNING, QUANTILES, histogram_rows, quantile
 from tokenmill.stages.clean.stats import WORST_EXAMPLES
 
 
@@ -229,8 +232,93 @@ class CJKQualityFilter(_QualityFamily):
     drop_reasons = FAMILY_REASONS["cjk"]
 
 
+class ClassifierFilter(Filter):
+    """fastText quality classifiers (`classifiers.py`): each scores EVERY document, kept or already dropped, into
+    `<name>_score`, and drops the still-kept ones below its threshold as `low_<name>_score`.
+
+    Its columns and reasons depend on the config, so `build` declares them on the instance: one per classifier name
+    in the stage's list and the overrides' lists (none: the filter adds nothing). Documents an earlier filter
+    dropped are scored too, so that an audit sees what the classifier thinks of them (what the heuristics and the
+    model disagree on): this costs fastText's time on the whole input instead of the kept part (docs/clean.md).
+    A document whose source or subset has no such classifier (an override's list without it) gets NaN."""
+
+    name = "classifiers"
+    setting = "classifiers"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: dict[str, str] = {}
+        """Each configured model path (as written) -> the config key that names it (`classifiers[0].model`)."""
+        self.loaded: dict[str, Classifier] = {}
+
+    @classmethod
+    def build(cls, config: Any, overrides: Sequence[Any]) -> "ClassifierFilter":
+        f = cls()
+        names: dict[str, None] = {}
+        for key, c in configured(config) if hasattr(config, "classifiers") else ():
+            names.setdefault(c.name)
+            f.keys.setdefault(c.model, f"{key}.model")
+        f.drop_reasons = tuple(f"low_{n}_score" for n in names)
+        f.adds = tuple(pa.field(f"{n}_score", pa.float32()) for n in names)
+        return f
+
+    def setup(self, paths: Mapping[str, str | None]) -> None:
+        for model, key in self.keys.items():
+            if paths.get(key) is not None:  # the stage gives every model's file; else loaded by its path on first use
+                self.loaded[model] = load(paths[key])
+
+    def start(self, batch: Batch) -> None:
+        for column in self.adds:
+            batch.columns[column.name] = np.full(len(batch), np.nan, dtype=np.float32)
+
+    def run(self, batch: Batch, settings_of) -> None:
+        from tokenmill.classifier.score import score_texts
+
+        for settings, rows in self.groups(batch, settings_of, list(range(len(batch)))):
+            at = np.asarray(rows, dtype=np.int64)
+            texts = [batch.texts[i] for i in rows]
+            sources = [batch.sources[i] for i in rows]
+            for c in settings:
+                loaded = self.loaded.get(c.model) or self._load(c)
+                scores = score_texts(loaded.model, texts, loaded.options, c.label)
+                batch.columns[c.column][at] = scores
+                below = scores.astype(np.float64) < c.keep.threshold
+                kept = np.fromiter((batch.reasons[i] is None for i in rows), dtype=bool, count=len(rows))
+                batch.stats.classified(c.name, sources, scores, below, below & kept, c.keep.threshold)
+                self.decide(batch, rows, [c.reason if b else None for b in below & kept])
+
+    def _load(self, c: ClassifierConfig) -> Classifier:
+        # A filter run without the stage's setup (a test on one batch): the model by its path as written.
+        self.loaded[c.model] = load(c.model)
+        return self.loaded[c.model]
+
+    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """Per classifier and source: documents scored, below the threshold, dropped, the thresholds applied, the
+        score histogram and quantiles read from it (nothing when no classifier is configured)."""
+        if "classifiers" not in stats:
+            return {}
+        out, summary = {}, []
+        for name, by_source in sorted(stats["classifiers"].items()):
+            sources = {}
+            for source, e in sorted(by_source.items()):
+                percent = round(100.0 * e["dropped"] / e["scored"], 3) if e["scored"] else 0.0
+                qs = {f"p{round(q * 100):02d}": quantile(e["histogram"], q) for q in QUANTILES}
+                sources[source] = {
+                    "scored": e["scored"], "below_threshold": e["below_threshold"], "dropped": e["dropped"],
+                    "percent_dropped": percent, "thresholds": dict(sorted(e["thresholds"].items())),
+                    "quantiles": {k: None if v is None else float(f"{v:.6g}") for k, v in qs.items()},
+                    "histogram": histogram_rows(e["histogram"]),
+                }
+                thresholds = " / ".join(sorted(e["thresholds"]))
+                median = qs["p50"]
+                summary.append(f"classifier {name} on {source}: {e['dropped']:,} of {e['scored']:,} documents dropped "
+                               f"below {thresholds} ({percent:.2f}%), median score {median:.3g}")
+            out[name] = {"bins": BINNING, "by_source": sources}
+        return {"classifiers": out, "summary": summary}
+
+
 FILTERS: tuple[type[Filter], ...] = (
     EscapeFilter, NormalizeFilter, PiiFilter, BlocklistFilter, EmptyFilter, LangidFilter,
-    QualityScores, GopherQualityFilter, GopherRepetitionFilter, C4Filter, CJKQualityFilter,
+    QualityScores, GopherQualityFilter, GopherRepetitionFilter, C4Filter, CJKQualityFilter, ClassifierFilter,
 )
 """The clean chain, in order: escape checks see the raw text; a document keeps the first reason it gets."""

@@ -1,4 +1,4 @@
-"""The clean stage: the clean chain (escape checks, normalization, PII, blocklist, language, quality) over a shard."""
+"""The clean stage: the clean chain (escape checks, normalization, PII, blocklist, language, quality, classifiers)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from tokenmill.pipeline.contract import Processed
 from tokenmill.pipeline.map_phase import MapStage
+from tokenmill.stages.clean import classifiers
 from tokenmill.stages.clean.chain import Chain, chain_adds, chain_drop_reasons
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.filter import Batch
@@ -17,17 +18,19 @@ from tokenmill.stages.clean.filters import FILTERS
 
 
 class CleanStage(MapStage):
-    """Escape-leak checks, normalization, PII, blocklist, language and quality filters (docs/clean.md)."""
+    """Escape-leak checks, normalization, PII, blocklist, language, quality and classifier filters (docs/clean.md)."""
 
     name = "clean"
     order = 20
     config_class = CleanConfig
-    paths = ("blocklist",)
+    paths = ("blocklist", *classifiers.MODEL_KEYS)
     needs = frozenset({"id", "text", "source", "subset", "meta"})
     filters = FILTERS
     """The clean chain's filters, in order (`stages/clean/filters.py`)."""
     adds = chain_adds(FILTERS)
     drop_reasons = chain_drop_reasons(FILTERS)
+    """The class declares what every config gives; an instance declares its config's own (`__init__`): a classifier
+    adds its score column and its `low_<name>_score` reason."""
 
     config: CleanConfig
 
@@ -35,6 +38,16 @@ class CleanStage(MapStage):
         super().__init__(config, run)
         self.blocklist_path = self.resolve(config.blocklist) if config.blocklist is not None else None
         self.chain = Chain(self.filters, config, config.overrides)
+        self.adds, self.drop_reasons = self.chain.adds, self.chain.drop_reasons
+        self.model_files = classifiers.model_files(config, self.resolve)
+        """Each classifier model's config key (`classifiers[0].model`) -> its file."""
+        self._digests: dict[str, str] = {}
+
+    @classmethod
+    def config_problems(cls, config: CleanConfig, resolve_path) -> list[str]:
+        """A classifier's model that fastText cannot load, whose sidecar describes another model, or that has no
+        such label (each model loaded once, on the driver, before any work)."""
+        return classifiers.problems(config, resolve_path)
 
     def identity(self) -> dict[str, Any]:
         identity = super().identity()
@@ -42,10 +55,17 @@ class CleanStage(MapStage):
         if self.blocklist_path is not None:
             # The list's content, not where it lies: the same list elsewhere gives the same output.
             identity["config"]["blocklist"] = "sha256:" + hashlib.sha256(Path(self.blocklist_path).read_bytes()).hexdigest()
+        for key, path in self.model_files.items():
+            # The model's content and the preparation its sidecar gives, not where it lies (as the blocklist).
+            entry = _at(identity["config"], key.removesuffix(".model"))
+            if path not in self._digests:
+                self._digests[path] = classifiers.file_sha256(path)
+            entry["model"] = "sha256:" + self._digests[path]
+            entry["prepare"] = classifiers.load_preparation(path).model_dump(mode="json")
         return identity
 
     def setup(self, shared: Mapping[str, Any]) -> None:
-        self.chain.setup({"blocklist": self.blocklist_path})
+        self.chain.setup({"blocklist": self.blocklist_path, **self.model_files})
 
     def setting(self, name: str, source: str, subset: str | None):
         """A filter's settings (a `CleanConfig` field such as `escapes` or `quality`) for a document: the most specific
@@ -69,3 +89,10 @@ class CleanStage(MapStage):
         """Each filter's sections: the leak report (per source and subset, documents and characters per escape kind,
         the worst ids), the edits of normalization and PII, the languages found, and a summary."""
         return self.chain.report(stats)
+
+
+def _at(node: Any, key: str) -> Any:
+    """The item a config key with list indexes (`overrides[1].classifiers[0]`) names in a dumped config."""
+    for part in key.replace("]", "").replace("[", ".").split("."):
+        node = node[int(part)] if part.isdigit() else node[part]
+    return node

@@ -55,5 +55,28 @@ class CleanStats:
             per = self.data["languages"].setdefault(source, {})
             per[lang] = per.get(lang, 0) + n
 
+    def classified(self, name: str, sources: Sequence[str], scores, below, dropped, threshold: float) -> None:
+        """One classifier's scores of some documents (numpy arrays, one value per document of `sources`): per source,
+        documents scored, below the threshold, dropped (below it and still kept), the threshold applied (documents
+        per threshold) and the score histogram (`score_histogram.py`). The section exists only when a classifier
+        ran, so a config without one writes the stats it always wrote."""
+        import numpy as np
+
+        from tokenmill.stages.clean.score_histogram import bin_counts
+
+        per_name = self.data.setdefault("classifiers", {}).setdefault(name, {})
+        at = np.asarray(sources, dtype=object)
+        for source in sorted(set(sources)):
+            mine = at == source
+            entry = per_name.setdefault(source, {"scored": 0, "below_threshold": 0, "dropped": 0, "thresholds": {},
+                                                 "histogram": {}})
+            n = int(mine.sum())
+            entry["scored"] += n
+            entry["below_threshold"] += int(below[mine].sum())
+            entry["dropped"] += int(dropped[mine].sum())
+            entry["thresholds"][repr(threshold)] = entry["thresholds"].get(repr(threshold), 0) + n
+            for key, count in bin_counts(scores[mine]).items():
+                entry["histogram"][key] = entry["histogram"].get(key, 0) + count
+
     def to_json(self) -> dict[str, Any]:
         return self.data
