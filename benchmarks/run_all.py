@@ -62,6 +62,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("html_extraction", "html_extraction.py", takes_dir=False),
     Benchmark("clean_filters", "clean_filters.py", quick=("--target-mb", "2")),
     Benchmark("clean", "clean.py", quick=("--target-mb", "2")),
+    Benchmark("classifier", "classifier.py", quick=("--target-mb", "1", "--train-mb", "0.5", "--repeats", "1")),
     Benchmark("dedup_speed", "dedup_speed.py", quick=("--docs", "200", "--repeats", "1"), takes_dir=False),
     Benchmark("dedup_giant_bucket", "dedup_giant_bucket.py",
               quick=("--docs", "400", "--check", "400", "--max-cluster", "100"), takes_dir=False),

@@ -82,6 +82,32 @@ NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
         ("code", "table(ti.contamination_hits(RUN))"),
         ("code", 'table(ti.hit_examples(RUN, n=5, seed=SEED), max_chars=400)'),
     ],
+    "classifiers": [
+        ("md", "# Quality classifiers\nWhat each fastText classifier of the clean stage did (docs/classifier.md, "
+               "\"Auditing a classifier\"): its score histogram per source with the threshold applied, from the clean "
+               "manifest's `report.classifiers`, then documents just above and just below the threshold, and the "
+               "best and worst documents by score (kept and dropped together; `tokenmill inspect RUN --sort "
+               "<name>_score` prints the same)."),
+        ("code", SETUP + "N = 3"),
+        ("code", 'report = ti.classifier_report(RUN)\n'
+                 'if not report:\n'
+                 '    print("no classifier ran in this run\'s clean stage (stages.clean.classifiers is empty): "\n'
+                 '          "nothing to plot")\n'
+                 'table(ti.classifier_summary(RUN))'),
+        ("code", "if report:\n    display(plots.score_histograms(RUN))"),
+        ("md", "## Around the threshold\nPer classifier, source and threshold: the documents scoring just above it "
+               "(kept by it) and just below it (dropped by it, or already dropped by an earlier filter)."),
+        ("code", 'for name in report:\n'
+                 '    display(table(ti.around_threshold(RUN, name, n=N), ["source", "threshold", "side", '
+                 'f"{name}_score", "status", "drop_reason", "id", "text"], max_chars=300))'),
+        ("md", "## Best and worst by score"),
+        ("code", 'for name in report:\n'
+                 '    found = ti.ranked(RUN, column=f"{name}_score", n=N, chars=300)\n'
+                 '    for side in ("best", "worst"):\n'
+                 '        print(f"{side} by {name}_score")\n'
+                 '        display(table(found[side], [f"{name}_score", "status", "drop_reason", "id", "source", '
+                 '"text"]))'),
+    ],
     "training": [
         ("md", "# Training\nA `tokenmill train` output folder: loss and valid loss, learning rate and gradient norm "
                "against step, spikes and rollbacks marked, and the documents of the batch behind each rollback."),

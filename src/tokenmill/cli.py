@@ -240,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--dropped", nargs="?", const=True, metavar="REASON",
                          help="dropped documents instead of kept ones: of this drop reason, or of any without one")
     inspect.add_argument("--chars", type=int, default=800, help="characters of each text to print (default: 800)")
+    inspect.add_argument("--sort", metavar="COLUMN",
+                         help="the n best and n worst documents by this score column (e.g. hq_score), kept and "
+                              "dropped together, instead of random ones")
     inspect.set_defaults(func=cmd_inspect)
     return parser
 

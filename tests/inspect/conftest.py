@@ -65,3 +65,30 @@ def train_output(tmp_path_factory) -> Path:
     summary = Trainer(parse_train_config(cfg, root)).run()
     assert summary["rollbacks"] == 1, summary
     return out
+
+
+@pytest.fixture(scope="session")
+def classifier_run(tmp_path_factory, ray_cluster) -> Path:
+    """A run whose clean stage applies the tiny quality classifier of tests/stages/clean/classifier_model.py to its
+    own training corpus, threshold 0.518 and 0.482 for the web source through an override (about half of each source
+    below it), the quality rules off so that the classifier decides; returns the run folder."""
+    import yaml
+
+    from tests.stages.clean.classifier_model import train_tiny
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.runner import run_pipeline
+
+    root = tmp_path_factory.mktemp("inspect-classifier")
+    quality_off = {"gopher_quality": None, "gopher_repetition": None, "c4": None, "cjk": None}
+    train_tiny(root)
+    hq = {"name": "hq", "model": "model/model.bin"}
+    config = {"output": "run", "seed": 1, "sources": [
+        {"name": "prose", "format": "jsonl", "paths": ["pos/*.jsonl"], "id_field": "id", "language": "en"},
+        {"name": "web", "format": "jsonl", "paths": ["neg/web.jsonl"], "language": "any"}],
+        "stages": {"clean": {"escapes": {"mode": "flag"}, "langid": None, "quality": quality_off,
+                             "classifiers": [{**hq, "keep": {"threshold": 0.518}}],
+                             "overrides": [{"source": "web", "classifiers": [{**hq, "keep": {"threshold": 0.482}}]}]}}}
+    (root / "run.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    loaded = load_config(root / "run.yaml")
+    run_pipeline(loaded)
+    return loaded.output_dir

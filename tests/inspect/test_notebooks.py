@@ -14,7 +14,9 @@ pytest.importorskip("ipykernel", reason="nbclient needs ipykernel for a python3 
 pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib (notebooks extra)")
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-NAMES = ["inspect_samples", "dedup_clusters", "tokens", "contamination", "training"]
+NAMES = ["inspect_samples", "dedup_clusters", "tokens", "contamination", "training", "classifiers"]
+RUNS = {"classifiers": "classifier_run"}
+"""The run fixture a notebook executes on, when not `small_run` (the demo pipeline, which has no classifier)."""
 
 
 def _build_module():
@@ -34,20 +36,43 @@ def test_committed_notebooks_are_the_generated_ones_without_outputs(tmp_path):
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
 
 
-@pytest.mark.ray
-@pytest.mark.parametrize("name", NAMES)
-def test_notebook_executes_and_plots(name, small_run, train_output, monkeypatch):
+def _execute(name: str, run, train_output, monkeypatch) -> list:
+    """The notebook run on `run`; its code cells' outputs, after checking none is an error."""
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("TOKENMILL_RUN", str(small_run))
+    monkeypatch.setenv("TOKENMILL_RUN", str(run))
     monkeypatch.setenv("TOKENMILL_TRAIN", str(train_output))
     monkeypatch.setenv("MPLBACKEND", "Agg")  # `%matplotlib inline` in the notebook takes over in the kernel
     nb = nbformat.read(str(NOTEBOOKS / f"{name}.ipynb"), as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
+    assert not [o for o in outputs if o.output_type == "error"], [o for o in outputs if o.output_type == "error"]
+    return outputs
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_executes_and_plots(name, request, train_output, monkeypatch):
+    outputs = _execute(name, request.getfixturevalue(RUNS.get(name, "small_run")), train_output, monkeypatch)
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{name}: no plot"
     assert any("text/html" in o.get("data", {}) or o.output_type == "stream" for o in outputs), f"{name}: no table"
+
+
+@pytest.mark.ray
+def test_the_classifiers_notebook_shows_samples_around_the_threshold(classifier_run, train_output, monkeypatch):
+    outputs = _execute("classifiers", classifier_run, train_output, monkeypatch)
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "low_hq_score" in html and "above" in html and "below" in html
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "best by hq_score" in text and "worst by hq_score" in text
+
+
+@pytest.mark.ray
+def test_the_classifiers_notebook_on_a_run_without_one_says_so(small_run, train_output, monkeypatch):
+    outputs = _execute("classifiers", small_run, train_output, monkeypatch)
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "no classifier ran in this run's clean stage" in text
+    assert not any("image/png" in o.get("data", {}) for o in outputs)
 
 
 def test_the_notebook_kernel_listens_on_the_loopback_only():

@@ -12,6 +12,7 @@ from tokenmill.inspect.contamination import contamination_hits, evalset_summary,
 from tokenmill.inspect.runs import DEFAULT_RUN, manifest, read_docs, run_dir, scan_docs, stages
 from tokenmill.inspect.samples import (before_after, cleaned_ids, drop_counts, escape_leaks, leak_summary, samples,
                                        samples_per_reason, samples_per_source)
+from tokenmill.inspect.scores import around_threshold, classifier_report, classifier_summary, ranked, score_columns
 from tokenmill.inspect.tables import table
 from tokenmill.inspect.tokens import (decoded_samples, document_lengths, length_histogram, length_percentiles,
                                       token_counts, token_index)
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_RUN", "run_dir", "stages", "manifest", "read_docs", "scan_docs",
     "samples", "samples_per_source", "samples_per_reason", "drop_counts", "before_after", "cleaned_ids",
     "escape_leaks", "leak_summary",
+    "ranked", "score_columns", "classifier_report", "classifier_summary", "around_threshold",
     "clusters", "cluster_sizes", "cluster_summary", "largest_clusters",
     "token_index", "token_counts", "document_lengths", "length_histogram", "length_percentiles", "decoded_samples",
     "hits", "contamination_hits", "evalset_summary", "hit_examples",

@@ -1,5 +1,6 @@
 """The inspection commands in the terminal: `tokenmill inspect` (random documents of a stage, one panel each: id,
-source, subset, drop reason, a few annotations, the text cut to --chars) and `tokenmill report contamination`.
+source, subset, drop reason, a few annotations, the text cut to --chars; with --sort COLUMN the best and worst by a
+score) and `tokenmill report contamination`.
 
 The parser is `tokenmill.cli`'s; each function here returns an exit code and raises ``TokenmillError`` on what the
 user can fix (no such run, stage, source or reason). Texts from documents and names from files are printed as text,
@@ -23,10 +24,12 @@ SHOWN = ("lang", "escape_score", "escape_counts", "clean_steps")  # annotations 
 
 
 def print_samples(args: argparse.Namespace) -> int:
-    """`tokenmill inspect RUN --stage clean --source reddit -n 5 [--dropped [REASON]]`."""
+    """`tokenmill inspect RUN --stage clean --source reddit -n 5 [--dropped [REASON]] [--sort COLUMN]`."""
     from rich.panel import Panel
     from rich.text import Text
 
+    if getattr(args, "sort", None):
+        return print_ranked(args)
     rows = samples(args.run, stage=args.stage, source=args.source, n=args.n, seed=args.seed, dropped=args.dropped)
     out = Console(width=max(Console().width, 100))
     what = "kept" if args.dropped is None else ("dropped" if args.dropped in (True, ANY) else f"dropped ({args.dropped})")
@@ -42,6 +45,35 @@ def print_samples(args: argparse.Namespace) -> int:
         body = Text((" ".join(notes) + "\n") if notes else "", style="dim")
         body.append(text[:args.chars] + (f"... ({len(text):,} characters)" if len(text) > args.chars else ""))
         out.print(Panel(body, title=title, title_align="left"))  # Text, not markup: documents hold brackets
+    return 0
+
+
+def print_ranked(args: argparse.Namespace) -> int:
+    """`tokenmill inspect RUN --stage clean --sort hq_score [-n 5] [--source S]`: the best and worst documents by a
+    score column, kept and dropped together, each marked kept or dropped (with its reason)."""
+    from rich.panel import Panel
+    from rich.text import Text
+
+    from tokenmill.inspect.scores import ranked
+
+    if args.dropped is not None:
+        raise TokenmillError("--sort ranks kept and dropped documents together: leave out --dropped")
+    column = args.sort
+    found = ranked(args.run, stage=args.stage, column=column, n=args.n, source=args.source)
+    out = Console(width=max(Console().width, 100))
+    for side, what in (("best", "highest"), ("worst", "lowest")):
+        rows = found[side]
+        out.print(Text(f"{len(rows)} {side} documents of {args.stage} by {column} ({what} first, kept and dropped)"
+                       + (f", source {args.source}" if args.source else ""), style="bold"))
+        for r in rows:
+            title = Text(f"{column}={r[column]:.6g}  {r['id']}  {r['source']}"
+                         + (f"/{r['subset']}" if r.get("subset") else "") + "  ")
+            title.append(r["status"], style="green" if r["status"] == "kept" else "red")
+            if r.get("drop_reason"):
+                title.append(f" ({r['drop_reason']})", style="red")
+            text = r.get("text") or ""
+            body = Text(text[:args.chars] + (f"... ({len(text):,} characters)" if len(text) > args.chars else ""))
+            out.print(Panel(body, title=title, title_align="left"))  # Text, not markup: documents hold brackets
     return 0
 
 

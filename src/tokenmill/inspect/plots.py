@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from tokenmill.inspect.clusters import cluster_sizes
 from tokenmill.inspect.contamination import contamination_hits
 from tokenmill.inspect.samples import drop_counts
+from tokenmill.inspect.scores import classifier_report
 from tokenmill.inspect.tokens import length_histogram, token_counts
 from tokenmill.inspect.training import loss_segments, training_events, training_metrics
 
@@ -109,6 +110,45 @@ def contamination_bars(run=None) -> Figure:
     ax.set_ylabel("documents with hits")
     ax.set_title("contamination per evaluation set and source")
     ax.legend(fontsize="small")
+    return fig
+
+
+def _bin_counts(rows) -> np.ndarray:
+    """Documents per bin of the clean stage's fixed logit bins, from the manifest's [low, high, documents] rows (the
+    rows list only bins with any; each is found by its midpoint, which lies inside it whatever the rounding)."""
+    from tokenmill.stages.clean.score_histogram import BINS, EDGES
+
+    counts = np.zeros(BINS)
+    for low, high, docs in rows:
+        counts[min(max(int(np.searchsorted(EDGES, (low + high) / 2, side="right")) - 1, 0), BINS - 1)] += docs
+    return counts
+
+
+def score_histograms(run=None, stage: str = "clean") -> Figure:
+    """Each classifier's score histogram per source (share of the source's scored documents per bin, on a logit
+    axis: the manifest's bins are equal logit steps) with the thresholds applied to that source as dashed lines."""
+    from tokenmill.stages.clean.score_histogram import EDGES
+
+    report = classifier_report(run, stage)
+    fig = Figure(figsize=(9, 3.2 * max(len(report), 1)), layout="constrained")
+    if not report:
+        _empty(fig.add_subplot(), f"classifier in {stage}")
+        return fig
+    low, high = float(EDGES[0]), float(EDGES[-1])  # the open end bins are drawn at their inner edge's width
+    for ax, (name, by_source) in zip(fig.subplots(len(report), 1, squeeze=False)[:, 0], report.items()):
+        for k, (source, entry) in enumerate(by_source.items()):
+            counts = _bin_counts(entry["histogram"])
+            share = counts / max(counts.sum(), 1)
+            ax.stairs(share, EDGES, label=f"{source} ({entry['scored']:,})", color=f"C{k}")
+            for threshold in entry["thresholds"]:
+                # 0 keeps everything and 1 almost nothing: drawn at the axis' ends, which a logit axis cannot reach
+                ax.axvline(min(max(float(threshold), low), high), color=f"C{k}", linestyle="--", alpha=0.8)
+        ax.set_xscale("logit")
+        ax.set_xlim(low, high)
+        ax.set_xlabel(f"{name}_score (dashed: thresholds)")
+        ax.set_ylabel("share of documents")
+        ax.set_title(f"classifier {name}: scores per source")
+        ax.legend(fontsize="small")
     return fig
 
 

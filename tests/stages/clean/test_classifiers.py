@@ -146,7 +146,6 @@ def _run_config(root, clean: dict) -> dict:
     ([_hq(threshold=1.5)], "stages.clean.classifiers[0].keep.threshold", "less than or equal to 1"),
     ([_hq(keep={"top_fraction": 0})], "stages.clean.classifiers[0].keep.top_fraction", "greater than 0"),
     ([_hq(keep={"top_fraction": 1.5})], "stages.clean.classifiers[0].keep.top_fraction", "less than or equal to 1"),
-    ([_hq(keep={"top_fraction": 0.1})], "stages.clean.classifiers[0].keep.top_fraction", "not implemented yet"),
     ([_hq(keep={})], "stages.clean.classifiers[0].keep", "exactly one of threshold and top_fraction"),
 ])
 def test_a_bad_classifier_config_stops_before_any_work_naming_the_key(trained, tmp_path, classifiers, key, message):

@@ -2,8 +2,9 @@
 
 A classifier is a fastText model (`tokenmill quality train`'s `model.bin`, or any `.bin` a user brings, such as
 DCLM's) scoring the probability of one label; its score is kept as a column and a keep rule drops the documents
-below a threshold. Models load by path only: nothing is downloaded. The text is prepared as the model's sidecar
-says (`classifier/sidecar.py`), else with `PrepareOptions`' defaults.
+below a threshold, given or computed from the whole input (`top_fraction`: `top_fraction.py`). Models load by path
+only: nothing is downloaded. The text is prepared as the model's sidecar says (`classifier/sidecar.py`), else with
+`PrepareOptions`' defaults.
 """
 
 from __future__ import annotations
@@ -34,16 +35,10 @@ class KeepRule(StrictModel):
     """Keep a document scoring at or above this (drop it below, compared in float64); 0 keeps every document and
     only scores them."""
     top_fraction: Optional[float] = Field(default=None, gt=0, le=1)
-    """Keep the best-scoring fraction of the stage's input, in (0, 1]: needs the whole input's score distribution
-    first (a two-phase stage), not implemented yet."""
-
-    @field_validator("top_fraction")
-    @classmethod
-    def _not_yet(cls, value: float | None) -> float | None:
-        if value is not None:
-            raise ValueError(f"{value} is valid, but top_fraction is not implemented yet (it needs a global quantile "
-                             f"of the whole input's scores first); use threshold for now")
-        return value
+    """Keep the best-scoring fraction of this rule's pool, in (0, 1]: the documents of the whole stage input that
+    resolve to this entry and that the filters before the classifiers kept. A `score` phase before the map finds the
+    cut (the score of the ceil(F x N)-th best document, ties with it kept, `score_cut.py`), which the map applies as
+    a threshold."""
 
     @model_validator(mode="after")
     def _one_rule(self) -> "KeepRule":
@@ -111,6 +106,11 @@ def configured(config: Any) -> Iterator[tuple[str, ClassifierConfig]]:
     for j, o in enumerate(config.overrides):
         for i, c in enumerate(o.classifiers or ()):
             yield f"overrides[{j}].classifiers[{i}]", c
+
+
+def ranked_rules(config: Any) -> list[tuple[str, ClassifierConfig]]:
+    """(key, classifier) of every entry with a `top_fraction` rule: each is one pool with its own cut."""
+    return [(key, c) for key, c in configured(config) if c.keep.top_fraction is not None]
 
 
 def disagreement(config: Any) -> str | None:

@@ -68,7 +68,8 @@ class CleanConfig(StageConfig):
     classifiers: Classifiers = []
     """fastText quality classifiers, last in the chain: each scores every document (column `<name>_score`) and drops
     the kept ones below its threshold (`low_<name>_score`), e.g. `[{name: hq, model: model/model.bin, keep:
-    {threshold: 0.018}}]`."""
+    {threshold: 0.018}}]`, or below the cut that keeps the best fraction of the input (`keep: {top_fraction: 0.1}`,
+    found by a `score` phase before the map)."""
 
     later_fields = ("classifiers",)
 

@@ -41,6 +41,11 @@ class Batch:
     columns: dict[str, Any] = field(default_factory=dict)
     """Annotation columns the filters add: name -> one value per document (a numpy array or a list)."""
     stats: CleanStats = field(default_factory=CleanStats)
+    cuts: Mapping[str, float] | None = None
+    """Each `top_fraction` rule's cut (by config key, `classifiers[0]`), as the map applies it; None in the `score`
+    phase, where those rules only rank (`top_fraction.py`)."""
+    ranked: dict[str, np.ndarray] = field(default_factory=dict)
+    """What the `score` phase gathers: each `top_fraction` rule's scores of its pool in this batch."""
 
     def __post_init__(self):
         self.reasons = [None] * len(self.texts)

@@ -234,7 +234,8 @@ class CJKQualityFilter(_QualityFamily):
 
 class ClassifierFilter(Filter):
     """fastText quality classifiers (`classifiers.py`): each scores EVERY document, kept or already dropped, into
-    `<name>_score`, and drops the still-kept ones below its threshold as `low_<name>_score`.
+    `<name>_score`, and drops the still-kept ones below its threshold as `low_<name>_score`: the threshold given,
+    or the cut of a `top_fraction` rule (`batch.cuts`, computed by the `score` phase, `top_fraction.py`).
 
     Its columns and reasons depend on the config, so `build` declares them on the instance: one per classifier name
     in the stage's list and the overrides' lists (none: the filter adds nothing). Documents an earlier filter
@@ -250,10 +251,12 @@ class ClassifierFilter(Filter):
         self.keys: dict[str, str] = {}
         """Each configured model path (as written) -> the config key that names it (`classifiers[0].model`)."""
         self.loaded: dict[str, Classifier] = {}
+        self.config: Any = None
 
     @classmethod
     def build(cls, config: Any, overrides: Sequence[Any]) -> "ClassifierFilter":
         f = cls()
+        f.config = config
         names: dict[str, None] = {}
         for key, c in configured(config) if hasattr(config, "classifiers") else ():
             names.setdefault(c.name)
@@ -274,17 +277,29 @@ class ClassifierFilter(Filter):
     def run(self, batch: Batch, settings_of) -> None:
         from tokenmill.classifier.score import score_texts
 
+        rules: dict[int, str] = {}
         for settings, rows in self.groups(batch, settings_of, list(range(len(batch)))):
             at = np.asarray(rows, dtype=np.int64)
             texts = [batch.texts[i] for i in rows]
             sources = [batch.sources[i] for i in rows]
+            # A top_fraction rule's pool: what the filters before the classifiers kept, whatever the others drop.
+            pool = np.fromiter((batch.reasons[i] is None for i in rows), dtype=bool, count=len(rows))
             for c in settings:
                 loaded = self.loaded.get(c.model) or self._load(c)
                 scores = score_texts(loaded.model, texts, loaded.options, c.label)
                 batch.columns[c.column][at] = scores
-                below = scores.astype(np.float64) < c.keep.threshold
+                threshold = c.keep.threshold
+                if c.keep.top_fraction is not None:
+                    # A rule is named by its entry's config key; the settings resolve to these same objects.
+                    rules = rules or {id(e): key for key, e in configured(self.config)}
+                    rule = rules[id(c)]
+                    if batch.cuts is None:  # the score phase: rank only
+                        batch.ranked[rule] = scores[pool]
+                        continue
+                    threshold = batch.cuts[rule]
+                below = scores.astype(np.float64) < threshold
                 kept = np.fromiter((batch.reasons[i] is None for i in rows), dtype=bool, count=len(rows))
-                batch.stats.classified(c.name, sources, scores, below, below & kept, c.keep.threshold)
+                batch.stats.classified(c.name, sources, scores, below, below & kept, threshold)
                 self.decide(batch, rows, [c.reason if b else None for b in below & kept])
 
     def _load(self, c: ClassifierConfig) -> Classifier:

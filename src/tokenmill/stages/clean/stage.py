@@ -8,9 +8,9 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
-from tokenmill.pipeline.contract import Processed
-from tokenmill.pipeline.map_phase import MapStage
-from tokenmill.stages.clean import classifiers
+from tokenmill.pipeline.contract import DriverPhase, Phase, Processed
+from tokenmill.pipeline.map_phase import MapShards, MapStage
+from tokenmill.stages.clean import classifiers, top_fraction
 from tokenmill.stages.clean.chain import Chain, chain_adds, chain_drop_reasons
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.filter import Batch
@@ -42,6 +42,8 @@ class CleanStage(MapStage):
         self.model_files = classifiers.model_files(config, self.resolve)
         """Each classifier model's config key (`classifiers[0].model`) -> its file."""
         self._digests: dict[str, str] = {}
+        self.ranked = [key for key, _ in classifiers.ranked_rules(config)]
+        """The config keys of the classifiers that keep a `top_fraction` (each needs a global cut first)."""
 
     @classmethod
     def config_problems(cls, config: CleanConfig, resolve_path) -> list[str]:
@@ -64,6 +66,11 @@ class CleanStage(MapStage):
             entry["prepare"] = classifiers.load_preparation(path).model_dump(mode="json")
         return identity
 
+    def phases(self) -> list[Phase | DriverPhase]:
+        """The map; a `score` phase before it when a classifier keeps a `top_fraction` (`top_fraction.py`), so that a
+        config without one keeps its phases, its records and its output."""
+        return [top_fraction.ScoreShards(), MapShards()] if self.ranked else [MapShards()]
+
     def setup(self, shared: Mapping[str, Any]) -> None:
         self.chain.setup({"blocklist": self.blocklist_path, **self.model_files})
 
@@ -73,10 +80,11 @@ class CleanStage(MapStage):
         return self.chain.settings(name, source, subset)
 
     def process(self, table: pa.Table, shared: Mapping[str, Any]) -> Processed:
-        if not self.chain.ready:
-            self.setup(shared)
-        languages = {name: s.language for name, s in self.run.sources.items()}
-        batch = self.chain.run(Batch.from_table(table, languages))
+        cuts = top_fraction.thresholds(shared)
+        if self.ranked and cuts is None:
+            raise RuntimeError(f"clean: {', '.join(self.ranked)} keep a top_fraction, whose cut the stage's score "
+                               f"phase computes: run the stage through its phases, or pass the cuts in shared")
+        batch = self._run_chain(table, shared, cuts)
         out = table.set_column(table.schema.get_field_index("text"), "text", pa.array(batch.texts, pa.string()))
         for name, column in self.chain.columns(batch).items():
             if name in out.column_names:  # an earlier run of a stage that also annotates (re-cleaning)
@@ -85,10 +93,24 @@ class CleanStage(MapStage):
                 out = out.append_column(name, column)
         return Processed(out, pa.array(batch.reasons, pa.string()), batch.stats.to_json())
 
+    def rank(self, table: pa.Table) -> dict[str, Any]:
+        """The `score` phase's look at one shard: the chain run as the map runs it, each `top_fraction` rule's pool
+        scores (float32, by the rule's config key), nothing dropped by those rules."""
+        return self._run_chain(table, {}, None).ranked
+
+    def _run_chain(self, table: pa.Table, shared: Mapping[str, Any], cuts: Mapping[str, float] | None) -> Batch:
+        if not self.chain.ready:
+            self.setup(shared)
+        languages = {name: s.language for name, s in self.run.sources.items()}
+        batch = Batch.from_table(table, languages)
+        batch.cuts = cuts
+        return self.chain.run(batch)
+
     def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Each filter's sections: the leak report (per source and subset, documents and characters per escape kind,
-        the worst ids), the edits of normalization and PII, the languages found, and a summary."""
-        return self.chain.report(stats)
+        the worst ids), the edits of normalization and PII, the languages found, the classifiers' scores and the cuts
+        of their `top_fraction` rules, and a summary."""
+        return top_fraction.report_cuts(self.chain.report(stats), reduced)
 
 
 def _at(node: Any, key: str) -> Any:
