@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(BIN)/tokenmill demo-data $(DEMO)
+	# demo-data already trained the quality classifier demo.yaml applies; this retrains it to the same bytes.
+	$(BIN)/tokenmill quality train $(DEMO)/quality.yaml
 	$(BIN)/tokenmill run $(DEMO)/demo.yaml
 	$(BIN)/tokenmill report contamination $(DEMO)/run
 	$(BIN)/tokenmill tokens stats $(DEMO)/run
@@ -33,6 +35,7 @@ demo: $(STAMP)
 golden: $(STAMP)
 	rm -rf build/golden
 	$(BIN)/tokenmill demo-data build/golden
+	$(BIN)/tokenmill quality train build/golden/quality.yaml
 	$(BIN)/tokenmill run build/golden/demo.yaml
 	$(BIN)/python -m tokenmill.manifests.golden write build/golden/run --dest manifests
 

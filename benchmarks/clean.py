@@ -79,7 +79,7 @@ def mix_shards(folder: Path, mb: float) -> Path:
 
     if not (folder / ".complete").exists():
         shutil.rmtree(folder, ignore_errors=True)
-        write_demo_corpus(folder / "corpus", target_bytes=int(mb * 1e6))
+        write_demo_corpus(folder / "corpus", target_bytes=int(mb * 1e6), classifier=False)
         config = load_config(folder / "corpus" / "demo.yaml")
         config = config.model_copy(update={"output": str((folder / "run").resolve()),
                                            "ingest": config.ingest.model_copy(update={"docs_per_shard": 20_000})})

@@ -64,7 +64,7 @@ def main() -> int:
     corpus = Path(args.dir) / f"corpus-{int(args.target_mb)}mb"
     if not (corpus / "demo.yaml").exists():
         t = time.perf_counter()
-        write_demo_corpus(corpus, target_bytes=int(args.target_mb * 1e6))
+        write_demo_corpus(corpus, target_bytes=int(args.target_mb * 1e6), classifier=False)
         print(f"generated {corpus} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
     # Production-sized shards (the demo's are small so that its few MB still spread over tasks).
     config = load_config(corpus / "demo.yaml")

@@ -141,7 +141,7 @@ def ensure_corpus(folder: Path) -> Path:
     if not config.exists():
         mb = int(folder.name.removeprefix("corpus-").removesuffix("mb"))
         subprocess.run([sys.executable, "-c", "import sys; from tokenmill.demo import write_demo_corpus; "
-                        "write_demo_corpus(sys.argv[1], target_bytes=int(float(sys.argv[2])))",
+                        "write_demo_corpus(sys.argv[1], target_bytes=int(float(sys.argv[2])), classifier=False)",
                         str(folder), str(mb * 1e6)], check=True, cwd=ROOT)
     return config
 

@@ -129,6 +129,7 @@ def test_same_seed_gives_byte_identical_files(corpus, tmp_path):
     write_demo_corpus(again, seed=1234)
     first, second = _sha256_tree(root), _sha256_tree(again)
     assert set(first) == set(summary["files"])
+    assert "quality/model.bin" in first and "quality/model.json" in first  # the classifier's files too
     assert first == second
 
 

@@ -24,7 +24,7 @@ def small_run(tmp_path_factory, ray_cluster) -> Path:
     from tokenmill.pipeline.runner import run_pipeline
 
     root = tmp_path_factory.mktemp("inspect-demo")
-    write_demo_corpus(root, docs_per_source=40)
+    write_demo_corpus(root, docs_per_source=40, classifier=False)
     config = load_config(root / "demo.yaml")
     run_pipeline(config)
     return config.output_dir

@@ -177,7 +177,9 @@ def read_source(config: ClassifierTrainConfig, source: SourceConfig, positive: b
         relpath = os.path.relpath(path, root).replace(os.sep, "/")
         display = f"{source.name}:{relpath}"
         stamp = file_stamp(str(path), "content")
-        info = InputFile(group, source.name, source.format, str(path), stamp["bytes"], stamp["sha256"])
+        # The path from the config's folder, as the config names it: the sidecar is the same wherever the folder is.
+        where = os.path.relpath(path, config.base_dir).replace(os.sep, "/")
+        info = InputFile(group, source.name, source.format, where, stamp["bytes"], stamp["sha256"])
         ids, texts = [], []
         dropped: Counter[str] = Counter()
         for record in reader(str(path), source, display):

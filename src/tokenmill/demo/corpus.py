@@ -1,4 +1,5 @@
-"""Write the whole demo corpus: every source's files, the planted faults, demo.yaml, train.yaml and ground_truth.json."""
+"""Write the whole demo corpus: every source's files, the planted faults, demo.yaml, train.yaml, quality.yaml with its
+trained model, and ground_truth.json."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .catalog import SOURCES, FileSpec, SourceSpec, open_writer
 from .planted import write_demo_evalset
 from .sources import unique_texts
 from .config import CONFIG_NAME, TRAIN_NAME, write_config
+from .quality import MODEL_FILES, QUALITY_NAME, train_quality, write_quality_config
 from .documents import DocumentMaker
 from .planted import PLANTERS, PlantContext, get_path
 
@@ -31,14 +33,19 @@ def write_demo_corpus(
     seed: int = 1234,
     docs_per_source: int = 600,
     target_bytes: int | None = None,
+    classifier: bool = True,
 ) -> dict:
-    """Write the demo corpus, DIR/demo.yaml and DIR/ground_truth.json; return a summary dict (files, documents, bytes per source).
+    """Write the demo corpus, DIR/demo.yaml, DIR/quality.yaml with the model it trains (DIR/quality/, which
+    demo.yaml's clean stage applies) and DIR/ground_truth.json; return a summary dict (files, documents, bytes per
+    source, the classifier's valid ROC AUC).
 
     Without `target_bytes`, each source writes about `docs_per_source` records (times its `scale`
     in catalog.py: fewer HTML pages, Pile lines, WET pages and GB18030 stories). With `target_bytes`,
     `docs_per_source` is ignored: each source writes documents until its `share` of `target_bytes` is
     reached, so the total UTF-8 text of valid documents is at least `target_bytes`. For HTML pages the
-    text counted is the article (title and paragraphs) a main-content extractor should find.
+    text counted is the article (title and paragraphs) a main-content extractor should find. `classifier=False`
+    writes no quality.yaml and no model, and a demo.yaml without the classifier (the run as it was before it,
+    for a benchmark against code that predates classifiers).
     """
     if docs_per_source < MIN_DOCS_PER_SOURCE:
         raise ValueError(f"docs_per_source must be at least {MIN_DOCS_PER_SOURCE}")
@@ -63,13 +70,19 @@ def write_demo_corpus(
         }
         summary_sources[spec.name] = result
 
-    write_config(out, seed)
+    write_config(out, seed, classifier)
+    for stale in [QUALITY_NAME, *MODEL_FILES]:
+        (out / stale).unlink(missing_ok=True)  # a model left by an earlier run must not pass for this corpus's
+    if classifier:
+        # The model is part of the corpus: demo.yaml names it, so every consumer can run demo.yaml as it is.
+        sidecar = train_quality(write_quality_config(out, seed, target_bytes))
     evalset = write_demo_evalset(out)
     truth = {"version": GROUND_TRUTH_VERSION, "seed": seed, "sources": truth_sources, "planted": planted}
     (out / GROUND_TRUTH_NAME).write_text(json.dumps(truth, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
-    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, TRAIN_NAME, GROUND_TRUTH_NAME,
-                                                                         evalset]
+    quality_files = [QUALITY_NAME, *MODEL_FILES] if classifier else []
+    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, TRAIN_NAME, *quality_files,
+                                                                         GROUND_TRUTH_NAME, evalset]
     return {
         "out_dir": str(out),
         "seed": seed,
@@ -79,6 +92,8 @@ def write_demo_corpus(
         "documents": sum(s["documents"] for s in summary_sources.values()),
         "text_bytes": sum(s["text_bytes"] for s in summary_sources.values()),
         "planted": len(planted),
+        "classifier": ({"config": QUALITY_NAME, "model": MODEL_FILES[0], "valid_roc_auc": sidecar["valid"]["roc_auc"]}
+                       if classifier else None),
         "sources": summary_sources,
     }
 
