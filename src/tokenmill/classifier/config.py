@@ -6,18 +6,25 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config import SourceConfig, _expand_fields, expand_pattern, format_validation_error, \
-    matched_files, pattern_problems
-from tokenmill.pipeline.config_base import StrictModel, load_yaml
+from tokenmill.pipeline.config import SourceConfig, _expand_fields, expand_pattern, matched_files, pattern_problems, \
+    read_config, validate_config
+from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.pipeline.contract import resolve
 from tokenmill.stages.clean.normalize import NormalizeConfig
 from tokenmill.stages.clean.pii import PiiConfig
 
 LABEL_PREFIX = "__label__"
 """fastText's default label prefix: a word starting with it is a label, never a feature."""
+
+
+def check_label(value: str) -> str:
+    """A fastText label: `__label__` followed by a name without spaces (the classifier configs' validator)."""
+    if not value.startswith(LABEL_PREFIX) or len(value) == len(LABEL_PREFIX) or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} must be {LABEL_PREFIX} followed by a name without spaces, e.g. {LABEL_PREFIX}hq")
+    return value
 
 
 class PrepareOptions(StrictModel):
@@ -67,13 +74,7 @@ class Labels(StrictModel):
     negative: str = "__label__lq"
     """Label of the `negatives`."""
 
-    @field_validator("positive", "negative")
-    @classmethod
-    def _prefixed(cls, value: str) -> str:
-        if not value.startswith(LABEL_PREFIX) or len(value) == len(LABEL_PREFIX) or any(c.isspace() for c in value):
-            raise ValueError(f"{value!r} must be {LABEL_PREFIX} followed by a name without spaces, e.g. "
-                             f"{LABEL_PREFIX}hq")
-        return value
+    _prefixed = field_validator("positive", "negative")(check_label)
 
     @model_validator(mode="after")
     def _different(self) -> "Labels":
@@ -150,25 +151,13 @@ def expand_paths(data: dict[str, Any]) -> dict[str, Any]:
 
 def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> ClassifierTrainConfig:
     """Validate a config mapping, then every path it names; raises ConfigError naming each bad key."""
-    if not isinstance(data, dict):
-        raise ConfigError("invalid config: the top level must be a mapping (output, positives, negatives, ...)")
-    data = expand_paths(data)
-    try:
-        config = ClassifierTrainConfig.model_validate({**data, "base_dir": str(Path(base_dir).resolve())})
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
-    check_paths(config)
-    return config
+    return validate_config(ClassifierTrainConfig, data, base_dir, expand_paths, check_paths,
+                           "output, positives, negatives, ...")
 
 
 def load_train_config(path: str | os.PathLike) -> ClassifierTrainConfig:
     """Read and validate a YAML config (safe_load only, a key written twice refused)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from None
-    return parse_train_config(load_yaml(text, str(path)), path.parent)
+    return read_config(path, parse_train_config)
 
 
 def check_paths(config: ClassifierTrainConfig) -> None:

@@ -30,6 +30,7 @@ from tokenmill.classifier.metrics import classification_report
 from tokenmill.classifier.prepare import prepare
 from tokenmill.classifier.fit import fit
 from tokenmill.classifier.score import load_model, score_texts
+from tokenmill.digest import file_sha256
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline.config import SourceConfig, source_files
 from tokenmill.pipeline.documents import canonical_json
@@ -245,11 +246,6 @@ def fasttext_seed(seed: int) -> int:
     return seed % (2**31 - 2) + 1
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _label_counts(examples: list[Example], config: ClassifierTrainConfig) -> dict[str, int]:
     positives = sum(e.positive for e in examples)
     return {config.labels.positive: positives, config.labels.negative: len(examples) - positives}
@@ -307,7 +303,7 @@ def train_classifier(config: ClassifierTrainConfig, reporter: TrainReporter | No
     report = classification_report(scores, np.array([e.positive for e in valid], dtype=bool), DECISION_THRESHOLD)
     sidecar = {
         "version": SIDECAR_VERSION,
-        "model": {"file": MODEL_FILE, "bytes": model_path.stat().st_size, "sha256": _sha256(model_path)},
+        "model": {"file": MODEL_FILE, "bytes": model_path.stat().st_size, "sha256": file_sha256(model_path)},
         "labels": {"positive": labels.positive, "negative": labels.negative},
         "normalize": config.normalize.model_dump(mode="json"),
         "pii": None if config.pii is None else config.pii.model_dump(mode="json"),

@@ -7,7 +7,7 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, TypeVar, Union
 
 from pydantic import BaseModel, Field, StrictInt, ValidationError, create_model, field_validator, \
     model_validator
@@ -281,26 +281,42 @@ def parse_config(data: Any, base_dir: str | os.PathLike = ".") -> RunConfig:
 
     `~` and environment variables in paths are expanded first (`expand_paths`); relative paths are then taken
     from `base_dir`."""
+    return validate_config(RunConfig, data, base_dir, expand_paths, check_paths, "output, seed, sources, stages")
+
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+def validate_config(model: type[ConfigT], data: Any, base_dir: str | os.PathLike, expand: Callable[[dict], dict],
+                    check: Callable[[ConfigT], None], keys: str) -> ConfigT:
+    """A config file's mapping as `model`: paths expanded (`expand`), validated with `base_dir` (the config file's
+    folder) for relative paths, then every path checked (`check`); raises ConfigError naming each bad key. `keys`
+    names the top-level keys for the message when the top level is not a mapping."""
     if not isinstance(data, dict):
-        raise ConfigError("invalid config: the top level must be a mapping (output, seed, sources, stages)")
-    data = expand_paths(data)
+        raise ConfigError(f"invalid config: the top level must be a mapping ({keys})")
+    data = expand(data)
     try:
-        config = RunConfig.model_validate({**data, "base_dir": str(Path(base_dir).resolve())})
+        config = model.model_validate({**data, "base_dir": str(Path(base_dir).resolve())})
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None
-    check_paths(config)
+    check(config)
     return config
 
 
-def load_config(path: str | os.PathLike) -> RunConfig:
-    """Read and validate a YAML config (safe_load only, a key written twice refused); relative paths are taken
-    from its folder."""
+def read_config(path: str | os.PathLike, parse: Callable[[Any, Path], ConfigT]) -> ConfigT:
+    """A YAML config file (safe_load only, a key written twice refused) through `parse(data, its folder)`."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from None
-    return parse_config(load_yaml(text, str(path)), path.parent)
+    return parse(load_yaml(text, str(path)), path.parent)
+
+
+def load_config(path: str | os.PathLike) -> RunConfig:
+    """Read and validate a YAML config (safe_load only, a key written twice refused); relative paths are taken
+    from its folder."""
+    return read_config(path, parse_config)
 
 
 def check_paths(config: RunConfig) -> None:

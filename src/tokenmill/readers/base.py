@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Optional
 
 from pydantic import ValidationError
 
+from tokenmill.digest import file_sha256
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.readers.compression import open_binary
@@ -252,9 +252,7 @@ def file_stamp(path: str, kind: str = "mtime", size: int | None = None) -> dict[
     (the one the run's listing saw)."""
     st = os.stat(path)
     if kind == "content":
-        with open(path, "rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
-        return {"bytes": st.st_size if size is None else size, "sha256": digest}
+        return {"bytes": st.st_size if size is None else size, "sha256": file_sha256(path)}
     return {"bytes": st.st_size if size is None else size, "mtime_ns": st.st_mtime_ns}
 
 

@@ -53,7 +53,6 @@ FSDP2 on CPU: ``fully_shard`` works on CPU with a gloo process group and a CPU d
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import logging
@@ -89,6 +88,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
+from tokenmill.digest import file_sha256
 from tokenmill.errors import TokenmillError
 
 logger = logging.getLogger(__name__)
@@ -289,11 +289,6 @@ def _write_atomic(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _describe(e: BaseException) -> str:
     """One line for an error; DCP's ``CheckpointException`` carries a traceback per failed rank."""
     if isinstance(e, CheckpointException) and getattr(e, "failures", None):
@@ -407,7 +402,7 @@ class CheckpointManager:
                 return f"{name} has {size} bytes, {rec.get('bytes')} were written"
             if rec.get("sha256") is not None and self.hash_files:
                 try:
-                    digest = _sha256(f)
+                    digest = file_sha256(f)
                 except OSError as e:
                     return f"{name} unreadable: {e}"
                 if digest != rec["sha256"]:
@@ -496,7 +491,7 @@ class CheckpointManager:
         for f in sorted(tmp.iterdir()):
             if f.name in (META, MARKER) or not f.is_file():
                 continue
-            files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f) if self.hash_files else None}
+            files[f.name] = {"bytes": f.stat().st_size, "sha256": file_sha256(f) if self.hash_files else None}
         if DCP_METADATA not in files:
             raise CheckpointError(f"DCP wrote no {DCP_METADATA} in {tmp}")
         if final.exists():

@@ -9,7 +9,6 @@ only: nothing is downloaded. The text is prepared as the model's sidecar says (`
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from dataclasses import dataclass
@@ -17,12 +16,13 @@ from typing import Annotated, Any, Callable, Iterator, Optional
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from tokenmill.classifier.config import check_label
+from tokenmill.digest import file_sha256
 from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.pipeline.contract import config_paths
 
 log = logging.getLogger(__name__)
 
-LABEL_PREFIX = "__label__"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MODEL_KEYS = ("classifiers[].model", "overrides[].classifiers[].model")
 """The clean config's keys that name a classifier's model file (declared in the stage's `paths`)."""
@@ -69,12 +69,7 @@ class ClassifierConfig(StrictModel):
                              f"not starting with a digit (e.g. hq)")
         return value
 
-    @field_validator("label")
-    @classmethod
-    def _prefixed(cls, value: str) -> str:
-        if not value.startswith(LABEL_PREFIX) or len(value) == len(LABEL_PREFIX) or any(c.isspace() for c in value):
-            raise ValueError(f"{value!r} must be {LABEL_PREFIX} followed by a name without spaces, e.g. __label__hq")
-        return value
+    _prefixed = field_validator("label")(check_label)
 
     @property
     def column(self) -> str:
@@ -148,11 +143,6 @@ def load_preparation(path: str) -> Any:
     from tokenmill.classifier.sidecar import preparation
 
     return preparation(path)[0]
-
-
-def file_sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def problems(config: Any, resolve_path: Callable[[str], Any]) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
+from tokenmill.digest import file_sha256
 from tokenmill.pipeline.contract import DriverPhase, Phase, Processed
 from tokenmill.pipeline.map_phase import MapShards, MapStage
 from tokenmill.stages.clean import classifiers, top_fraction
@@ -61,7 +62,7 @@ class CleanStage(MapStage):
             # The model's content and the preparation its sidecar gives, not where it lies (as the blocklist).
             entry = _at(identity["config"], key.removesuffix(".model"))
             if path not in self._digests:
-                self._digests[path] = classifiers.file_sha256(path)
+                self._digests[path] = file_sha256(path)
             entry["model"] = "sha256:" + self._digests[path]
             entry["prepare"] = classifiers.load_preparation(path).model_dump(mode="json")
         return identity
