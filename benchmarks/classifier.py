@@ -16,12 +16,14 @@ of --batch-docs documents.
   (`Batch.from_table` built outside the timing): the filter's own time, with the chain's per-batch bookkeeping
   (a document count per source), without the other filters. Timing the filter alone is what the issue asks (the
   filter against fastText, not the whole stage): the difference of two whole clean runs would bury it in the noise of
-  the other filters' time. It includes everything the filter does: preparing each text (`prepare`), fastText's
-  predict asking for every label, reading the label's score, the threshold, the audit histogram and the drop reasons.
-- bare: `model.predict(lines)` per batch, fastText's default call (the top label), on the same texts already
-  prepared by the same `prepare` outside the timing: the floor any filter pays for fastText itself.
-- bare_with_prepare (for reference): `prepare` of each text then `model.predict`, both timed.
-- prepare (for reference): `prepare` of each text alone: what the filter pays on top of bare, besides bookkeeping.
+  the other filters' time. It includes everything the filter does: the line each text becomes (`predict_line`: the
+  words of `prepare`), fastText's predict asking for every label, reading the label's score, the threshold, the
+  audit histogram and the drop reasons.
+- bare: `model.predict(lines)` per batch, fastText's public call with its defaults (the top label), on the same
+  texts already prepared by `prepare` outside the timing: the floor any filter pays for fastText itself.
+- bare_with_prepare (for reference): `prepare` of each text then `model.predict`, both timed: the plain way to
+  write the filter.
+- prepare (for reference): `predict_line` of each text alone: what the filter pays on top of fastText's binding.
 
 MB/s per core is the batches' text MB (UTF-8, as the filter sees it) over process CPU seconds (fastText's Python
 predict is single-threaded); the sides alternate, each repeat in the other order, and each keeps its best repeat.
@@ -121,7 +123,7 @@ def main() -> int:
 
     import pyarrow as pa
 
-    from tokenmill.classifier.prepare import prepare
+    from tokenmill.classifier.prepare import predict_line, prepare
     from tokenmill.classifier.score import load_model
     from tokenmill.classifier.sidecar import preparation
     from tokenmill.stages.clean.chain import Chain
@@ -173,7 +175,7 @@ def main() -> int:
         return sum(cpu(lambda: model.predict([prepare(t, options) for t in chunk])) for chunk in chunks)
 
     def run_prepare() -> float:
-        return sum(cpu(lambda: [prepare(t, options) for t in chunk]) for chunk in chunks)
+        return sum(cpu(lambda: [predict_line(t, options) for t in chunk]) for chunk in chunks)
 
     sides = {"filter": run_filter, "bare": run_bare, "bare_with_prepare": run_bare_with_prepare,
              "prepare": run_prepare}

@@ -13,10 +13,12 @@ import pytest
 import yaml
 
 from tests.classifier.corpus import write_corpus
+from tests.classifier.real_text import real_pieces
 from tests.conftest import SHARED_DATA
 from tokenmill import cli
 from tokenmill.classifier.config import FastTextOptions, PrepareOptions, load_train_config, parse_train_config
 from tokenmill.classifier.fit import TrainingFailed
+from tokenmill.classifier.prepare import prepare
 from tokenmill.classifier.score import load_model, score_texts
 from tokenmill.classifier.train import Example, deduplicate, split_keys, train_classifier, valid_mask
 from tokenmill.readers import READERS
@@ -117,6 +119,23 @@ def test_saved_model_loaded_fresh_scores_as_the_trainers_validation(trained):
     scores = score_texts(model, texts, PrepareOptions.model_validate(sidecar["prepare"]), sidecar["labels"]["positive"])
     assert scores.dtype == np.float32 and np.array_equal(scores, result.valid_scores)
     assert ((scores >= 0) & (scores <= 1)).all()
+
+
+def test_scores_are_fastTexts_own_predict_of_the_prepared_line_bit_for_bit(trained):
+    """`score_texts` hands fastText's binding `predict_line`'s bytes; fastText's public `predict` of `prepare`'s
+    line, asking for every label, gives the same probability of the label on real text, bit for bit."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real-data samples not found at {SHARED_DATA} (they sit beside the repository in CI)")
+    _, _, result, _ = trained
+    model = load_model(str(result.model_path))
+    pieces = real_pieces()
+    for options in (PrepareOptions(), PrepareOptions(lowercase=False), PrepareOptions(max_chars=500)):
+        scores = score_texts(model, pieces, options, "__label__hq")
+        labels, probs = model.predict([prepare(p, options) for p in pieces], k=-1, threshold=-1.0)
+        expected = np.array([dict(zip(names, values))["__label__hq"] for names, values in zip(labels, probs)],
+                            dtype=np.float32)
+        assert len(np.unique(scores)) > 100  # a spread of scores, not one prior for every piece
+        assert np.array_equal(scores, np.clip(expected, 0, 1))
 
 
 def test_sidecar_records_options_inputs_counts_and_measures(trained):
