@@ -85,3 +85,14 @@ def make_corpus(root: Path, n_files: int = 4, docs: int = 60) -> Path:
 
     (root / "run.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return root / "run.yaml"
+
+
+@pytest.fixture
+def s3_server(monkeypatch, tmp_path):
+    """A moto S3 server on 127.0.0.1 for one test, its endpoint and credentials in this process's environment."""
+    from tests.s3server import running
+
+    with running(log=tmp_path / "moto.log") as server:
+        for key, value in server.env().items():
+            monkeypatch.setenv(key, value)
+        yield server
