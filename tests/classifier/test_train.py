@@ -14,6 +14,7 @@ import yaml
 
 from tests.classifier.corpus import write_corpus
 from tests.classifier.real_text import real_pieces
+from tests.classifier.test_metrics import pairwise_auc
 from tests.conftest import SHARED_DATA
 from tokenmill import cli
 from tokenmill.classifier.config import FastTextOptions, PrepareOptions, load_train_config, parse_train_config
@@ -200,3 +201,8 @@ def test_real_text_pile_above_common_crawl(tmp_path):
     print(f"real data: valid ROC AUC {valid['roc_auc']:.4f}, F1 {valid['f1']:.3f} on {valid['documents']} documents")
     assert valid["positives"] > 50 and valid["negatives"] > 30
     assert valid["roc_auc"] > 0.9
+    # The AUC quality train reports, recomputed here from its valid scores by counting every (positive, negative)
+    # pair: arithmetic of the test's own, not the trainer's rank sum.
+    positive = np.array([source == "pile" for source, _ in result.valid_ids])
+    assert positive.sum() == valid["positives"] and (~positive).sum() == valid["negatives"]
+    assert valid["roc_auc"] == pytest.approx(pairwise_auc(result.valid_scores, positive), abs=1e-12)
