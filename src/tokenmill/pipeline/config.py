@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, StrictInt, ValidationError, create_model,
 from pydantic_core import core_schema
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline import registry
+from tokenmill.pipeline import registry, uris
 from tokenmill.pipeline.config_base import StageConfig, StrictModel, expand_path, load_yaml
 from tokenmill.pipeline.contract import SourceStage, config_paths, resolve
 
@@ -29,9 +29,10 @@ class SourceConfig(StrictModel):
     format: str
     """Reader: `jsonl`, `json`, `csv`, `tsv`, `text`, `parquet`, `pile`, `reddit`, `cc_wet`, `cc_warc` (see docs/readers.md)."""
     paths: list[str] = Field(min_length=1)
-    """Glob patterns (`**` allowed), relative to the config file's folder; each must match a file."""
+    """Glob patterns (`**` allowed), relative to the config file's folder, or URIs (`s3://bucket/prefix/*.jsonl.zst`,
+    `gs://...`, `file://...`: see docs/sources.md); each must match a file."""
     root: Optional[str] = None
-    """Folder that document ids are relative to; default: the deepest folder common to `paths`."""
+    """Folder (or folder URI) that document ids are relative to; default: the deepest folder common to `paths`."""
     text_field: Union[str, list[str]] = "text"
     """Field holding the text; a dotted path reaches into nested objects (`post.body`); a list of fields is joined by a blank line."""
     id_field: Optional[str] = None
@@ -336,9 +337,15 @@ def check_paths(config: RunConfig) -> None:
             if trouble:
                 problems += [f"  {key}: {t}" for t in trouble]
             elif not expand_pattern(config, pattern):
-                problems.append(f"  {key}: {pattern!r} matches no file (looked in {config.base_dir})")
-        if source.root is not None and not config.resolve(source.root).is_dir():
+                where = uris.where_listed(pattern) if uris.is_remote(pattern) else config.base_dir
+                problems.append(f"  {key}: {pattern!r} matches no file (looked in {where})")
+        if source.root is not None and uris.is_remote(source.root):
+            pass  # an object store has no folders to check: ids are the keys below this prefix
+        elif source.root is not None and not config.resolve(uris.local_part(source.root)).is_dir():
             problems.append(f"  sources[{i}].root: {source.root!r} is not a folder")
+        elif source.root is None and len({uris.is_remote(p) for p in source.paths}) > 1:
+            problems.append(f"  sources[{i}].paths: local files and object-store URIs in one source have no common "
+                            f"folder for the document ids; set sources[{i}].root, or make them two sources")
     if not problems:  # never glob a pattern found unsafe (a `**` through a symlink loop lists names without end)
         problems += _overlap_problems(config)
     problems += _stage_path_problems(config)
@@ -358,8 +365,8 @@ def _overlap_problems(config: RunConfig) -> list[str]:
     would take the Chinese files as English), and a warning in a worker's log is easy to miss. Read by both, the
     documents would be ingested twice. Overlap inside one source is harmless (its files are listed once).
     """
-    owner: dict[Path, int] = {}
-    shared: dict[tuple[int, int], list[Path]] = {}
+    owner: dict[Path | str, int] = {}
+    shared: dict[tuple[int, int], list[Path | str]] = {}
     for i, source in enumerate(config.sources):
         for f in matched_files(config, source):
             first = owner.setdefault(f, i)
@@ -433,8 +440,17 @@ def _symlink_loop(base: Path) -> Path | None:
 
 
 def pattern_problems(config: RunConfig, pattern: str) -> list[str]:
-    """Why the files a pattern matches cannot be read safely (see `check_paths`); empty when they can."""
-    full = str(config.resolve(pattern))
+    """Why the files a pattern matches cannot be read safely (see `check_paths`); empty when they can.
+
+    For an object-store URI: why it cannot be listed (the store does not answer, a wildcard in the bucket name,
+    a scheme tokenmill does not read), before any work starts."""
+    if uris.is_remote(pattern):
+        try:
+            uris.glob_remote(pattern)
+        except (OSError, ValueError) as err:
+            return [str(err)]
+        return []
+    full = str(config.resolve(uris.local_part(pattern)))
     if not _MAGIC.search(full):
         return []  # a file named outright is the configured path itself, wherever a symlink takes it
     base = _pattern_base(full)
@@ -456,21 +472,28 @@ def pattern_problems(config: RunConfig, pattern: str) -> list[str]:
     return problems
 
 
-def expand_pattern(config: RunConfig, pattern: str) -> list[Path]:
-    full = str(config.resolve(pattern))
+def expand_pattern(config: RunConfig, pattern: str) -> list[Path] | list[str]:
+    """The files a pattern matches, sorted: local `Path`s, or object URIs (`str`) for an object-store pattern."""
+    if uris.is_remote(pattern):
+        return uris.glob_remote(pattern)
+    full = str(config.resolve(uris.local_part(pattern)))
     return sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
 
 
-def matched_files(config: RunConfig, source: SourceConfig) -> list[Path]:
-    """The files the source's patterns match, resolved, sorted and without repeats."""
-    return sorted({f.resolve() for pattern in source.paths for f in expand_pattern(config, pattern)})
+def matched_files(config: RunConfig, source: SourceConfig) -> list[Path | str]:
+    """The files the source's patterns match (local ones resolved, objects by URI), sorted and without repeats."""
+    found = {f if isinstance(f, str) else f.resolve() for pattern in source.paths for f in expand_pattern(config, pattern)}
+    return sorted(found, key=uris.sort_key)
 
 
-def source_files(config: RunConfig, source: SourceConfig) -> tuple[Path, list[Path]]:
-    """The source's root folder and its files, sorted and without repeats."""
+def source_files(config: RunConfig, source: SourceConfig) -> tuple[Path | str, list[Path | str]]:
+    """The source's root folder (a folder URI for objects) and its files, sorted and without repeats."""
     files = matched_files(config, source)
     if source.root is not None:
-        root = config.resolve(source.root).resolve()
+        root: Path | str = (source.root if uris.is_remote(source.root)
+                            else config.resolve(uris.local_part(source.root)).resolve())
+    elif files and all(isinstance(f, str) for f in files):
+        root = uris.common_folder(files)  # type: ignore[arg-type]
     else:
-        root = Path(os.path.commonpath([str(f.parent) for f in files]))
+        root = Path(os.path.commonpath([str(f.parent) for f in files]))  # type: ignore[union-attr]
     return root, files

@@ -199,7 +199,7 @@ def restore(fs: pafs.FileSystem, root: str, stage: str, source: str) -> None:
     target = storage.join(root, stage)
     if storage.exists(fs, target):
         raise TokenmillError(f"cannot restore {source}: {target} exists")  # the runner supersedes first
-    fs.move(source, target)
+    storage.move_tree(fs, source, target)
     generation = source.rsplit("/", 1)[0]
     if not _entries(fs, generation):
         fs.delete_dir(generation)
@@ -248,7 +248,7 @@ def collect(fs: pafs.FileSystem, root: str, keep: int, *, dry_run: bool = False)
                 folder = storage.join(root, SUPERSEDED, g.name)
                 if not g.deleting:
                     moved = folder + DELETING
-                    fs.move(folder, moved)  # from here no restore can pick it: its name is no generation's
+                    storage.move_tree(fs, folder, moved)  # from here no restore can pick it: its name is no generation's
                     folder = moved
                 fs.delete_dir(folder)
                 log.info("%s: deleted (%d bytes)", folder, g.bytes)

@@ -94,5 +94,5 @@ def supersede(fs, root: str, stages: Sequence[str]) -> str | None:
     dest = storage.join(root, SUPERSEDED, stamp)
     fs.create_dir(dest, recursive=True)
     for stage in present:
-        fs.move(storage.join(root, stage), storage.join(dest, stage))
+        storage.move_tree(fs, storage.join(root, stage), storage.join(dest, stage))
     return dest

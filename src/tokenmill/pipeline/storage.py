@@ -72,3 +72,22 @@ def list_files(fs: pafs.FileSystem, path: str, suffix: str = "") -> list[str]:
         return []
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
     return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(suffix))
+
+
+def move_tree(fs: pafs.FileSystem, source: str, dest: str) -> None:
+    """Move a folder and everything under it to `dest` (which must not exist).
+
+    On local disk one atomic rename. An object store has no folders to rename (pyarrow's `move` takes one object
+    only): every object is copied, then the source's objects are deleted, so a kill midway leaves the source whole
+    and a partial copy at `dest`, never a lost file.
+    """
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.move(source, dest)
+        return
+    infos = fs.get_file_info(pafs.FileSelector(source, recursive=True))
+    files = sorted(i.path for i in infos if i.type == pafs.FileType.File)
+    for path in files:
+        target = join(dest, path[len(source.rstrip("/")) + 1:])
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        fs.copy_file(path, target)
+    fs.delete_dir(source)

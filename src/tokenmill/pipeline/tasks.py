@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
 import time
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
 
 import pyarrow.fs as pafs
 
-from tokenmill.pipeline import faults
+from tokenmill.pipeline import faults, uris
 from tokenmill.pipeline.commit import TaskWriter
 from tokenmill.pipeline.contract import Phase, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.documents import digest
@@ -26,6 +28,11 @@ class TaskEnv:
     input_stage: str | None
     stage_key: dict[str, Any]
     phase_index: int
+    storage_env: tuple[tuple[str, str], ...] = field(
+        default_factory=lambda: tuple(sorted(uris.storage_env().items())), repr=False, compare=False)
+    """The driver's `AWS_*` variables, read where the TaskEnv is made (the driver), set in the worker for the task:
+    a Ray worker started before the driver's endpoint or credentials existed reaches the same store. Never shown
+    (`repr=False`): it may hold a secret key."""
 
     def dirs(self) -> tuple[pafs.FileSystem, str, str | None]:
         """The filesystem, the stage folder and the input stage's folder, as paths in that filesystem."""
@@ -36,8 +43,29 @@ class TaskEnv:
 _SET_UP: dict[str, Stage] = {}
 
 
+@contextlib.contextmanager
+def _variables(values: tuple[tuple[str, str], ...]) -> Iterator[None]:
+    """The environment with `values` set over it for the block, then as it was (the worker runs other tasks)."""
+    before = {name: os.environ.get(name) for name, _ in values}
+    os.environ.update(dict(values))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def execute_task(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, Any]) -> dict[str, Any]:
     """Run one task of a phase and commit it; returns its completion record."""
+    # pyarrow's S3 client reads the endpoint and credentials from the environment when a filesystem is made.
+    with _variables(env.storage_env):
+        return _execute(stage, env, task, shared)
+
+
+def _execute(stage: Stage, env: TaskEnv, task: Task, shared: Mapping[str, Any]) -> dict[str, Any]:
     # One set-up per worker and stage run: models and indexes load once, not once per task.
     cache_key = digest([type(stage).__qualname__, env.stage_key, env.phase_index])
     if cache_key not in _SET_UP:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from tokenmill.digest import file_sha256
 from tokenmill.errors import TokenmillError
+from tokenmill.pipeline import uris
 from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.readers.compression import open_binary
 
@@ -114,6 +115,8 @@ def contained(read: ReadFn) -> ReadFn:
             for record in read(path, source, display):
                 index = max(index, record.index)
                 yield record
+        except uris.ObjectUnreadable:
+            raise  # the store failed, not the file: the task fails and is retried, nothing is dropped
         except Exception as err:  # noqa: BLE001 - the point: no exception of one file ends the run
             log.warning("%s: the %s reader failed after record %d", display, source.format, index, exc_info=True)
             yield Record(index + 1, "", drop="read_error",
@@ -125,7 +128,7 @@ def contained(read: ReadFn) -> ReadFn:
 
 
 def open_source(path: str, source: "SourceConfig") -> BinaryIO:
-    """A file of this source as a decompressed byte stream, within the source's zstd window limit."""
+    """A file (or object URI) of this source as a decompressed byte stream, within the source's zstd window limit."""
     return open_binary(path, zstd_window_log=source.max_window_log)
 
 
@@ -250,6 +253,11 @@ def file_stamp(path: str, kind: str = "mtime", size: int | None = None) -> dict[
     """What says a source file is unchanged: its size, and its modification time (`mtime`) or the sha256 of its
     bytes (`content`, for copies that keep times: `cp -p`, `rsync -t`). `size`, when given, is the size to record
     (the one the run's listing saw)."""
+    if uris.is_remote(path):  # an object: the size and mtime its store gives, or the sha256 of its bytes streamed
+        now, mtime_ns = uris.stat(path)
+        if kind == "content":
+            return {"bytes": now if size is None else size, "sha256": uris.object_sha256(path)}
+        return {"bytes": now if size is None else size, "mtime_ns": mtime_ns}
     st = os.stat(path)
     if kind == "content":
         return {"bytes": st.st_size if size is None else size, "sha256": file_sha256(path)}

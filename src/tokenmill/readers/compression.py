@@ -12,6 +12,8 @@ from typing import BinaryIO, Callable
 
 import zstandard
 
+from tokenmill.pipeline import uris
+
 log = logging.getLogger(__name__)
 
 # zstd frames may ask for windows up to 2 GB; a source's `max_window_log` (default 27: 128 MB, as
@@ -137,10 +139,11 @@ def compression_of(path: str, head: bytes) -> str | None:
 
 
 def open_binary(path: str, zstd_window_log: int = DEFAULT_WINDOW_LOG) -> BinaryIO:
-    """A buffered byte stream of the file's content, decompressed by what its first bytes announce (by its
-    suffix when they announce nothing: see `compression_of`). Reading bzip2, xz or lz4 data raises CorruptStream
-    naming it."""
-    raw = open(path, "rb")  # noqa: SIM115 - returned inside the decompressing stream, closed with it
+    """A buffered byte stream of the file's (or object URI's) content, decompressed by what its first bytes announce
+    (by its suffix when they announce nothing: see `compression_of`). Reading bzip2, xz or lz4 data raises
+    CorruptStream naming it."""
+    # An object URI reads through pyarrow.fs in 8 MiB ranged GETs (`uris.open_object`), seekable like a file.
+    raw = uris.open_object(path) if uris.is_remote(path) else open(path, "rb")  # noqa: SIM115 - closed with the stream
     try:
         head = raw.read(16)
         raw.seek(0)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill.pipeline import uris
 from tokenmill.readers.base import Reader, Record, json_safe, record_from_object, text_fields
 
 BATCH_ROWS = 1024
@@ -14,10 +16,18 @@ BATCH_ROWS = 1024
 
 def read_parquet(path: str, source, display: str) -> Iterator[Record]:
     """One record per row, read a batch at a time; a damaged file ends with one `read_error`."""
-    index = 0
     columns = {f.split(".")[0] for f in text_fields(source)}
+    # An object through a seekable buffered stream: the footer, then column chunks, in ranged GETs.
+    with contextlib.ExitStack() as stack:
+        opened = stack.enter_context(uris.open_object(path)) if uris.is_remote(path) else path
+        yield from _rows(opened, source, display, columns)
+
+
+def _rows(opened, source, display: str, columns: set[str]) -> Iterator[Record]:
+    """The records of an opened Parquet file (a path, or an object's stream)."""
+    index = 0
     try:
-        file = pq.ParquetFile(path)
+        file = pq.ParquetFile(opened)
         for batch in file.iter_batches(batch_size=BATCH_ROWS):
             for row in batch.to_pylist():
                 where = f"{display}: row {index}"

@@ -11,6 +11,8 @@ from typing import Any, Iterator, Optional
 import pyarrow as pa
 from pydantic import Field
 
+from tokenmill.errors import ConfigError
+from tokenmill.pipeline import uris
 from tokenmill.pipeline.config_base import StageConfig
 from tokenmill.pipeline.contract import Phase, PlanContext, RunContext, ShardsResult, SourceStage, Task, TaskContext
 from tokenmill.pipeline.documents import BASE_SCHEMA, canonical_json
@@ -65,13 +67,27 @@ class SourceFile:
 
 
 def list_source_files(config) -> list[SourceFile]:
-    """Every input file of every source, in config order then path order."""
+    """Every input file of every source, in config order then path order. An object (a URI) is listed by its URI,
+    its key below the source's root, and the size and mtime its store gives (`uris.stat`)."""
     from tokenmill.pipeline.config import source_files
 
     out = []
     for source in config.sources:
         root, files = source_files(config, source)
+        # Objects' sizes and times come from listing the patterns again (a request per thousand objects), not
+        # from a HEAD per object.
+        listed = {u: stamp for p in source.paths if uris.is_remote(p) for u, stamp in uris.list_objects(p).items()}
         for f in files:
+            if isinstance(f, str):  # an object in a store
+                if not isinstance(root, str):
+                    raise ConfigError(f"sources: {f} is an object but {source.name!r} has the local root {root}; "
+                                      f"set its root to a folder URI above it")
+                size, mtime_ns = listed[f] if f in listed else uris.stat(f)
+                out.append(SourceFile(source.name, f, uris.relative_to(f, root), size, mtime_ns))
+                continue
+            if isinstance(root, str):
+                raise ConfigError(f"sources: {f} is a local file but {source.name!r} has the root {root}; set its "
+                                  f"root to a local folder above it, or make it two sources")
             st = f.stat()
             out.append(SourceFile(source.name, str(f), os.path.relpath(f, root).replace(os.sep, "/"), st.st_size, st.st_mtime_ns))
     return out

@@ -1,0 +1,259 @@
+"""A source path or a URI: one place that globs, stats and opens either (object-store URIs through `pyarrow.fs`).
+
+A local path, or a `file://` URI (which is one), stays a `Path` and keeps every local rule (`glob.glob`, the symlink
+checks). An `s3://` or `gs://` pattern is listed with a `FileSelector` under its fixed prefix and matched component
+by component as `glob.glob(recursive=True)` matches the same names (`*` stays in one folder, `**` spans folders, a
+name starting with `.` needs a pattern part that does), so a glob expands under `s3://` as it does on disk. Object
+stores have no symlinks, so nothing else is checked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import os
+import posixpath
+import re
+from pathlib import PurePath
+from typing import BinaryIO
+
+import pyarrow.fs as pafs
+
+from tokenmill.errors import TokenmillError
+
+SCHEMES = ("s3://", "gs://")
+"""Object stores a source may be on (besides local paths and `file://`): those pyarrow.fs reaches by bucket."""
+READ_BUFFER = 8 * 2**20
+"""Bytes asked of the store per read of a source object: each read is one ranged GET, so the readers' small reads
+(1 KiB at a time into a decompressor) are served from memory and a GET's latency is paid once per 8 MiB."""
+
+_MAGIC = re.compile(r"[*?\[]")
+
+
+class SourceListingError(OSError):
+    """A source URI could not be listed or stat'ed: its store is unreachable, or refused the request."""
+
+
+class ObjectUnreadable(TokenmillError):
+    """Reading a source object from its store failed midway (network, service, the object gone).
+
+    Deliberately not an OSError: readers take an OSError while reading for damage in the file and drop the rest of
+    it as `read_error`. A store's failure is not the data's: the task fails (and Ray retries it), so a network blip
+    never changes what a run outputs."""
+
+
+def is_uri(path: str | os.PathLike) -> bool:
+    """A path with a scheme (`s3://`, `gs://`, `file://`)."""
+    return "://" in str(path)
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """An object-store URI (anything with a scheme but `file://`): read through `pyarrow.fs`, never `open()`."""
+    return is_uri(path) and not str(path).startswith("file://")
+
+
+def local_part(path: str) -> str:
+    """A local path as given, or the path of a `file://` URI."""
+    return path.removeprefix("file://")
+
+
+def _split(uri: str) -> tuple[str, str]:
+    """(`s3://`, `bucket/key`). A `?` is glob's one-character wildcard, as in a local pattern, not the start of a URI
+    query: the store's options come from the environment (AWS_ENDPOINT_URL, AWS_REGION, credentials)."""
+    scheme, _, rest = uri.partition("://")
+    return f"{scheme}://", rest
+
+
+def _known(uri: str) -> str:
+    """`uri`, if its scheme is one tokenmill reads sources from; else ValueError naming it."""
+    if _split(uri)[0] not in SCHEMES:
+        raise ValueError(f"{uri}: tokenmill reads sources from local paths, file://, {' and '.join(SCHEMES)}, "
+                         f"not {_split(uri)[0]}")
+    return uri
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of an object-store URI, and the object's path in it (`bucket/key`).
+
+    The filesystem is made from the bucket alone, so a key need not parse as a URI (spaces, `[`, `%`). Raises
+    ValueError for a scheme tokenmill does not read sources from."""
+    scheme, rest = _split(_known(uri))
+    bucket = rest.split("/", 1)[0]
+    if not bucket:
+        raise ValueError(f"{uri}: names no bucket")
+    fs, _ = pafs.FileSystem.from_uri(f"{scheme}{bucket}")
+    return fs, rest.rstrip("/")
+
+
+def _unreachable(uri: str, err: OSError) -> SourceListingError:
+    return SourceListingError(f"{uri}: the object store did not answer ({' '.join(str(err).split())[:300]}); "
+                              f"check the endpoint (AWS_ENDPOINT_URL), the credentials and the network")
+
+
+def glob_remote(pattern: str) -> list[str]:
+    """The object URIs a URI pattern matches, sorted; a pattern without wildcards names one object (or none).
+
+    Raises SourceListingError when the store cannot be reached, ValueError for a wildcard in the bucket name or an
+    unknown scheme."""
+    return list(list_objects(pattern))
+
+
+def _stamp(info: pafs.FileInfo) -> tuple[int, int]:
+    """(size, mtime in ns) of an object, the mtime in whole seconds: S3's Last-Modified has no finer grain in a
+    HEAD, and a listing must stamp an object as `stat` does later."""
+    return info.size, (info.mtime_ns or 0) // 10**9 * 10**9
+
+
+def list_objects(pattern: str) -> dict[str, tuple[int, int]]:
+    """`glob_remote`'s objects, sorted, each with its (size, mtime in ns) from the listing itself: one request per
+    thousand objects rather than one per object."""
+    scheme, rest = _split(_known(pattern))
+    parts = [p for p in rest.split("/") if p]
+    if parts and _MAGIC.search(parts[0]):
+        raise ValueError(f"{pattern}: a wildcard in the bucket name {parts[0]!r}; name the bucket, glob below it")
+    fs, _ = filesystem(f"{scheme}{parts[0] if parts else ''}")
+    fixed = next((i for i, p in enumerate(parts) if _MAGIC.search(p)), None)
+    try:
+        if fixed is None:  # one object named outright
+            info = fs.get_file_info("/".join(parts))
+            return {f"{scheme}{info.path}": _stamp(info)} if info.type == pafs.FileType.File else {}
+        base = "/".join(parts[:fixed])
+        wanted = parts[fixed:]
+        recursive = len(wanted) > 1 or "**" in wanted
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=recursive, allow_not_found=True))
+    except OSError as err:
+        raise _unreachable(pattern, err) from None
+    prefix = base + "/"
+    found = {f"{scheme}{i.path}": _stamp(i) for i in infos
+             if i.type == pafs.FileType.File and i.path.startswith(prefix)
+             and glob_match(wanted, i.path[len(prefix):].split("/"))}
+    return {uri: found[uri] for uri in sorted(found, key=sort_key)}
+
+
+def glob_match(pattern: list[str], path: list[str]) -> bool:
+    """Whether `glob.glob(..., recursive=True)` would match a file's path components with the pattern's: `*`, `?`,
+    `[...]` within one component, `**` for any number of them; a name starting with `.` only where the pattern's
+    component does, and never among those a `**` spans (glob does not descend into dot folders)."""
+    if not pattern:
+        return not path
+    head = pattern[0]
+    if head == "**":
+        for i in range(len(path) + 1):
+            if glob_match(pattern[1:], path[i:]):
+                return True
+            if i < len(path) and path[i].startswith("."):
+                return False
+        return False
+    if not path or (path[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(path[0], head) and glob_match(pattern[1:], path[1:])
+
+
+def sort_key(file: str | os.PathLike) -> tuple[str, ...]:
+    """Files in the order local listings have (a `Path` sorts by its components), objects in the same way."""
+    if isinstance(file, str) and is_uri(file):
+        scheme, rest = _split(file)
+        return (scheme, *rest.split("/"))
+    return PurePath(file).parts
+
+
+def where_listed(pattern: str) -> str:
+    """The URI a pattern's listing starts from (its components before the first wildcard), for messages."""
+    scheme, rest = _split(pattern)
+    parts = rest.split("/")
+    fixed = next((i for i, p in enumerate(parts) if _MAGIC.search(p)), len(parts))
+    return f"{scheme}{'/'.join(parts[:fixed])}"
+
+
+def common_folder(uris: list[str]) -> str:
+    """The deepest folder URI that holds every object in `uris` (all of one scheme)."""
+    schemes = sorted({_split(u)[0] for u in uris})
+    if len(schemes) != 1:
+        raise ValueError(f"objects of different stores have no common folder ({', '.join(schemes)}); set the "
+                         f"source's root")
+    scheme, _ = _split(uris[0])
+    return f"{scheme}{posixpath.commonpath([posixpath.dirname(_split(u)[1]) for u in uris])}"
+
+
+def relative_to(uri: str, root: str) -> str:
+    """An object's key below a folder URI (`s3://b/x/y/z.jsonl` under `s3://b/x` is `y/z.jsonl`; under `s3://`,
+    the root of objects in several buckets, `b/x/y/z.jsonl`)."""
+    key, base = _split(uri)[1], _split(root)[1].rstrip("/")
+    return posixpath.relpath(key, base) if base else key
+
+
+def stat(uri: str) -> tuple[int, int]:
+    """(size, modification time in ns) of an object.
+
+    pyarrow's FileInfo gives an object's size and mtime (S3's Last-Modified, whole seconds), not its ETag: the
+    `mtime` stamp of an object is those two, as for a local file (`stamp: content` hashes its bytes). Raises
+    FileNotFoundError when the object is gone, SourceListingError when the store cannot be reached."""
+    fs, path = filesystem(uri)
+    try:
+        info = fs.get_file_info(path)
+    except OSError as err:
+        raise _unreachable(uri, err) from None
+    if info.type != pafs.FileType.File:
+        raise FileNotFoundError(f"{uri}: no such object")
+    return _stamp(info)
+
+
+class _ObjectRaw(io.RawIOBase):
+    """A pyarrow random-access file as Python raw IO, its store's failures raised as ObjectUnreadable."""
+
+    def __init__(self, uri: str, file: "pafs.NativeFile"):  # type: ignore[name-defined]
+        self.uri = uri
+        self.file = file
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            return self.file.readinto(buffer)
+        except OSError as err:
+            raise ObjectUnreadable(f"{self.uri}: reading from the store failed near byte {self.file.tell()}: "
+                                   f"{' '.join(str(err).split())[:300]}") from None
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.file.close()
+        super().close()
+
+
+def open_object(uri: str) -> BinaryIO:
+    """An object as a buffered, seekable byte stream: reads of READ_BUFFER bytes, each one ranged GET; a failure of
+    the store raises ObjectUnreadable, a missing object FileNotFoundError (as `open` would)."""
+    fs, path = filesystem(uri)
+    try:
+        file = fs.open_input_file(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{uri}: no such object") from None
+    except OSError as err:
+        raise ObjectUnreadable(f"{uri}: opening it failed: {' '.join(str(err).split())[:300]}") from None
+    return io.BufferedReader(_ObjectRaw(uri, file), READ_BUFFER)  # type: ignore[return-value]
+
+
+def object_sha256(uri: str) -> str:
+    """The sha256 of an object's bytes, streamed (the `content` stamp of a source object)."""
+    h = hashlib.sha256()
+    with open_object(uri) as f:
+        while chunk := f.read(READ_BUFFER):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def storage_env() -> dict[str, str]:
+    """The driver's `AWS_*` environment variables: what a Ray worker started before they were set needs to reach
+    the same store (endpoint, region, credentials). Only these travel with tasks, nothing else of the environment."""
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
