@@ -324,3 +324,16 @@ def test_move_tree_moves_a_folder_of_objects(s3_server):
     assert _listing("s3://bkt/run").keys() == {"bkt/run/_superseded/t/ingest/a.json",
                                                "bkt/run/_superseded/t/ingest/_work/b.json", "bkt/run/other/c.json"}
     assert storage.read_bytes(fs, "bkt/run/_superseded/t/ingest/_work/b.json") == b"run/ingest/_work/b.json"
+
+
+def test_a_source_pattern_reaching_an_object_store_output_is_refused(s3_server, tmp_path):
+    """`s3://bkt/**` with the output at `s3://bkt/run`: the second run would ingest the first one's files."""
+    s3_server.create_bucket("bkt")
+    s3_server.client().put_object(Bucket="bkt", Key="in/a.jsonl", Body=b'{"text": "one document"}\n')
+    config = {"output": "s3://bkt/run", "sources": [{"name": "s", "format": "jsonl", "paths": ["s3://bkt/in/*.jsonl"]},
+                                                     {"name": "t", "format": "jsonl", "paths": ["s3://bkt/**"]}]}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=r"sources\[1\]\.paths\[0\]: 's3://bkt/\*\*' would match files the run "
+                                          r"writes under its output s3://bkt/run \(e\.g\. s3://bkt/run/") as err:
+        run_pipeline(load_config(tmp_path / "run.yaml"))
+    assert "sources[0].paths" not in str(err.value)  # its pattern stays out of the output

@@ -385,6 +385,27 @@ def _glob_match(pattern: list[str], path: list[str]) -> bool:
     return fnmatch.fnmatchcase(path[0], head) and _glob_match(pattern[1:], path[1:])
 
 
+def _remote_output_problems(config: "RunConfig", location: str) -> list[str]:
+    """A source URI pattern that would match files the run writes under an object-store output (validation lines)."""
+    from tokenmill.pipeline import uris
+
+    out = location.rstrip("/")
+    written = [f"{out}/{w}" for w in _written_paths(config)]
+    problems = []
+    for i, source in enumerate(config.sources):
+        for j, pattern in enumerate(source.paths):
+            if not uris.is_remote(pattern):
+                continue
+            parts = pattern.split("/")
+            reaches = [w for w in written if uris.glob_match(parts, w.split("/"))]
+            if reaches:
+                problems.append(
+                    f"  sources[{i}].paths[{j}]: {pattern!r} would match files the run writes under its output "
+                    f"{out} (e.g. {reaches[0]}): each run would read its own output again. Put `output` outside the "
+                    f"sources' prefixes, or narrow the pattern")
+    return problems
+
+
 def _written_paths(config: "RunConfig") -> list[str]:
     """Files, relative to the run folder, of every kind a run writes: a pattern matching one would read its output."""
     from tokenmill.pipeline.registry import stage_order
@@ -412,7 +433,9 @@ def output_problems(config: "RunConfig") -> list[str]:
     """
     location = config.output_location
     if "://" in location and not location.startswith("file://"):
-        return []  # an object store is checked when the run opens it; sources are local files
+        # An object store: its folder is checked when the run opens it; here, only whether a source URI pattern
+        # would match what the run writes there (listing the output too would cost a request per thousand objects).
+        return _remote_output_problems(config, location)
     out = Path(os.path.abspath(location.removeprefix("file://")))
     problems = []
     problem = _root_problem(pafs.LocalFileSystem(), str(out))
