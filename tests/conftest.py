@@ -30,6 +30,17 @@ def _verified_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _token_cache(tmp_path_factory):
+    """The streaming loader's default cache folder (tokenmill.loader) goes to the test session's, never ~/.cache."""
+    from tokenmill.loader.loader import TOKEN_CACHE_ENV
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(TOKEN_CACHE_ENV, str(tmp_path_factory.mktemp("token-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster for every test that needs one (starting one costs ~4 s and ~840 MB)."""

@@ -82,6 +82,9 @@ def explain_batch(loader: TokenLoader, batch: int, preview_chars: int = 80) -> l
         stream = loader.streams[s]
         start, stop = sample * seq_len, sample * seq_len + seq_len + 1
         rank, within = divmod(row, layout.per_rank)
+        if stream.fetcher is not None:  # a remote stream: this sample's files pinned in the cache
+            found = loader._plan.files_read(loader.order.locate([batch * g + row]))
+            stream.fetcher.hold([(loader.streams[s2], i) for s2, i in found])
         for f, d, doc_start, doc_end in stream.documents(start, stop):
             if (s, f) not in sidecars:
                 sidecars[(s, f)] = pq.read_table(f"{stream.files[f].prefix}.docs.parquet",

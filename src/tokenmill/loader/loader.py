@@ -2,15 +2,19 @@
 
 The state is a handful of integers (consumed global samples, seed, sizes, skipped batches) and fingerprints of the
 data and weights; every batch is computed from them directly, so resume is O(1) without replay, and with another
-world size or worker count the same global sequence continues. Only numpy and torch are needed.
+world size or worker count the same global sequence continues. Only numpy and torch are needed; a `tokens.json`
+given as a URI (``s3://``, ``gs://``, ``file://``) also imports pyarrow, to fetch its token files into a bounded
+node-local cache (``remote``, ``cache``, ``prefetch``).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -18,10 +22,10 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from tokenmill.errors import TokenmillError
+from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.loader.batches import BatchLayout, merge_ranges, parse_ranges
 from tokenmill.loader.mixture import MixtureSchedule
-from tokenmill.loader.order import GlobalOrder
+from tokenmill.loader.order import GlobalOrder, Located
 from tokenmill.loader.streams import load_streams
 from tokenmill.loader.verify import Check, FileVerifier, cache_dir
 from tokenmill.loader.weights import resolve_weights
@@ -29,8 +33,16 @@ from tokenmill.loader.weights import resolve_weights
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+TOKEN_CACHE_ENV = "TOKENMILL_TOKEN_CACHE"
 CHUNK_TOKENS = 1 << 20  # per worker hand-over, and at most this many micro-batches:
 CHUNK_MICRO_BATCHES = 64
+
+
+def default_cache_dir() -> Path:
+    """``$TOKENMILL_TOKEN_CACHE``, else ``$XDG_CACHE_HOME/tokenmill/tokens``, else ``~/.cache/tokenmill/tokens``."""
+    if os.environ.get(TOKEN_CACHE_ENV):
+        return Path(os.environ[TOKEN_CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tokenmill" / "tokens"
 
 
 class ResumeError(TokenmillError, ValueError):
@@ -45,23 +57,39 @@ class _Plan:
     layout: BatchLayout
     position_ids: bool
     transfer_dtype: torch.dtype = torch.int64
+    fetcher: Any = None
+    """Remote streams only: their files in the node's cache (``prefetch.TokenFetcher``)."""
 
-    def micro_batch(self, k: int, m: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Micro-batch m of global batch k on this rank: its ``seq_len + 1`` tokens per sample, and positions."""
+    def micro_batch(self, k: int, m: int, walked: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Micro-batch m of global batch k on this rank: its ``seq_len + 1`` tokens per sample, and positions.
+        ``walked``: built in the order the prefetch walk follows (the iterators), not picked out of it."""
+        where = None
+        if self.fetcher is not None and walked:
+            # The walk ahead located this micro-batch already (64 at a time): reused, not recomputed.
+            where = self.fetcher.advance(k, m)
         tokens, positions = self.samples(self.layout.first_position(k, m), self.layout.micro_batch_size,
-                                         self.position_ids)
+                                         self.position_ids, where)
         # One tensor, not two: a worker hands each tensor over through its own shared-memory segment.
         return torch.from_numpy(tokens), None if positions is None else torch.from_numpy(positions)
 
-    def samples(self, first: int, count: int, position_ids: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """Global positions ``[first, first + count)``: tokens (count, seq_len + 1), and positions when asked for."""
+    def samples(self, first: int, count: int, position_ids: bool = False,
+                where: Located | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Global positions ``[first, first + count)``: tokens (count, seq_len + 1), and positions when asked for
+        (``where``: those positions located already)."""
         seq_len = self.order.seq_len
-        where = self.order.locate(np.arange(first, first + count, dtype=np.int64))
+        if where is None:
+            where = self.order.locate(np.arange(first, first + count, dtype=np.int64))
         tokens = np.empty((count, seq_len + 1), dtype=np.int64)
         positions = np.empty((count, seq_len), dtype=np.int64) if position_ids else None
         for row, (s, sample) in enumerate(zip(where.stream.tolist(), where.sample.tolist())):
             stream = self.order.streams[s]
             start = sample * seq_len
+            if stream.fetcher is not None:
+                # A remote stream: this sample's files pinned while it is read (one sample at a time, so a process
+                # needs room for one sample's files, not a micro-batch's); the others kept open within a budget.
+                starts = stream.starts_list
+                stream.fetcher.hold([(stream, i) for i in range(bisect.bisect_right(starts, start) - 1,
+                                                                 bisect.bisect_right(starts, start + seq_len))])
             stream.read(start, seq_len + 1, out=tokens[row])
             if positions is not None:
                 # Positions restart at each document's first token (Megatron's reset_position_ids).
@@ -70,6 +98,44 @@ class _Plan:
                 starts[rel] = rel
                 positions[row] = np.arange(seq_len) - np.maximum.accumulate(starts)
         return tokens, positions
+
+    def files_read(self, where) -> list[tuple[int, int]]:
+        """(stream, file) of every file the located samples read, each once, in order of first use."""
+        seen: dict[tuple[int, int], None] = {}
+        seq_len = self.order.seq_len
+        for s, sample in zip(where.stream.tolist(), where.sample.tolist()):
+            stream = self.order.streams[s]
+            if stream.fetcher is None:
+                continue
+            starts, start = stream.starts_list, sample * seq_len
+            # bisect on a list: a few hundred ns where numpy's searchsorted on two scalars costs microseconds.
+            for i in range(bisect.bisect_right(starts, start) - 1, bisect.bisect_right(starts, start + seq_len)):
+                seen[(s, i)] = None
+        return list(seen)
+
+    def upcoming(self, ids) -> Iterator[tuple[tuple[int, int], list[tuple[str, int]], Located]]:
+        """For prefetching: each (batch, micro-batch) of ``ids`` with the (stream name, file) it reads, and where
+        its samples are."""
+        ids, mb = iter(ids), self.layout.micro_batch_size
+        while True:
+            # 64 micro-batches located at once (numpy's path): the walk costs a fraction of the building.
+            group = list(itertools.islice(ids, 64))
+            if not group:
+                return
+            firsts = np.array([self.layout.first_position(k, m) for k, m in group], dtype=np.int64)
+            where = self.order.locate((firsts[:, None] + np.arange(mb, dtype=np.int64)).ravel())
+            for j, ident in enumerate(group):
+                part = slice(j * mb, (j + 1) * mb)
+                rows = Located(where.stream[part], where.sample[part], where.epoch[part])
+                yield ident, [(self.order.streams[s].name, i) for s, i in self.files_read(rows)], rows
+
+
+def _own_ids(sequence, chunk: int, worker: int, workers: int):
+    """The (batch, micro-batch) ids that worker ``worker`` of ``workers`` builds, in order (chunks round-robin)."""
+    for c in itertools.count():
+        ids = list(itertools.islice(sequence, chunk))
+        if c % workers == worker:
+            yield from ids
 
 
 def as_batch(tokens: torch.Tensor, positions: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -92,6 +158,11 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         sequence = self.plan.layout.sequence(self.k, self.m, self.skips)
+        fetcher = self.plan.fetcher
+        if fetcher is not None:
+            # This worker's own micro-batches, walked ahead on a second copy of the (deterministic) sequence.
+            fetcher.start(self.plan.upcoming(_own_ids(self.plan.layout.sequence(self.k, self.m, self.skips),
+                                                      self.chunk, worker, workers)))
         for c in itertools.count():
             ids = list(itertools.islice(sequence, self.chunk))
             if c % workers != worker:
@@ -99,7 +170,9 @@ class _WorkerStream(torch.utils.data.IterableDataset):
             built = [self.plan.micro_batch(k, m) for k, m in ids]
             tokens = torch.stack([t for t, _ in built]).to(self.plan.transfer_dtype)
             positions = torch.stack([p for _, p in built]) if built[0][1] is not None else None
-            yield ids, tokens, positions
+            # The worker's fetch counters ride along, so the main process can report the node's fetches.
+            stats = (os.getpid(), dict(fetcher.cache.stats)) if fetcher is not None else None
+            yield ids, tokens, positions, stats
 
 
 class TokenLoader:
@@ -126,13 +199,25 @@ class TokenLoader:
         verify: check every token file against the sha256 that `tokens.json` records, in a background thread that
             starts here; a batch is handed out only once the files it reads are verified, and a mismatch is a
             DataError naming the file (``tokenmill.loader.verify``). Verified files are remembered per node.
+            Files fetched from a URI are always checked, as they arrive, before any batch reads them.
+        cache_dir: where files of a `tokens.json` URI are cached on this node (default ``$TOKENMILL_TOKEN_CACHE``,
+            else ``$XDG_CACHE_HOME/tokenmill/tokens``, else ``~/.cache/tokenmill/tokens``); the ranks and workers of a
+            node share it, and each file is fetched once while it stays.
+        cache_bytes: the most bytes that folder ever holds, downloads in progress included (default: the remote data,
+            capped at 90% of the free space). Smaller than one token file (.bin plus .idx) is a ConfigError.
+        fetch_timeout: seconds one request to the store is retried (with backoff) before a DataError naming the URI.
+        prefetch_threads: threads per process fetching the files of coming micro-batches (0: fetch on demand only).
+        prefetch_bytes: how far ahead each process fetches, in bytes of distinct files (default: the data when
+            ``cache_bytes`` holds it, else ``cache_bytes`` halved, split among the workers).
     """
 
     def __init__(self, paths: Sequence[str], seq_len: int, global_batch_size: int, micro_batch_size: int | None = None,
                  seed: int = 0, rank: int = 0, world_size: int = 1, num_workers: int = 0,
                  weights: dict[str, float] | Sequence[float] | None = None, split: str = "train",
                  shuffle: bool = True, position_ids: bool = False, pin_memory: bool = False,
-                 prefetch_factor: int = 2, verify: bool = True):
+                 prefetch_factor: int = 2, verify: bool = True, cache_dir: str | Path | None = None,
+                 cache_bytes: int | None = None, fetch_timeout: float = 120.0, prefetch_threads: int = 4,
+                 prefetch_bytes: int | None = None):
         if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__"):
             paths = [paths]
         if seq_len <= 0:
@@ -145,18 +230,105 @@ class TokenLoader:
         if micro_batch_size is None:
             micro_batch_size = global_batch_size // world_size if world_size > 0 else 0
         self.layout = BatchLayout(global_batch_size, micro_batch_size, rank, world_size)
-        self.streams, self.info = load_streams(self.paths, split)
+        remote = any("://" in p for p in self.paths)
+        store = None
+        if remote:
+            from tokenmill.loader.remote import FetchPolicy, ObjectStore  # pyarrow: only for URIs
+
+            if not fetch_timeout > 0:
+                raise ConfigError(f"fetch_timeout must be positive, got {fetch_timeout}")
+            store = ObjectStore(FetchPolicy(timeout=float(fetch_timeout)))
+        self.streams, self.info = load_streams(self.paths, split, store)
         self.weights = resolve_weights(self.streams, self.seq_len, weights, len(self.paths))
         schedule = MixtureSchedule.build([self.weights[s.name] for s in self.streams])
         self.order = GlobalOrder(self.streams, self.seq_len, self.seed, schedule, shuffle)
         # Workers hand tokens over in the smallest signed dtype that holds the vocabulary.
         transfer = torch.int16 if (self.info.get("vocab_size") or 1 << 40) <= 32768 else torch.int32
-        self._plan = _Plan(self.order, self.layout, position_ids, transfer)
+        self.fetcher = self._fetcher(store, cache_dir, cache_bytes, prefetch_threads, prefetch_bytes) if remote else None
+        self._worker_stats: dict[int, dict[str, int]] = {}
+        self._workers = None  # the DataLoader iterator of the newest iterator with workers
+        self._plan = _Plan(self.order, self.layout, position_ids, transfer, self.fetcher)
         self.verifier = self._verifier() if verify else None
         self.consumed_samples = 0
         self.skips: list[tuple[int, int]] = []
         self.last_batch: int | None = None
         self._generation = 0
+
+    # -- object storage ------------------------------------------------------------------------------------------
+
+    def _fetcher(self, store, cache_dir, cache_bytes, threads: int, window: int | None):
+        """The cache and prefetcher of the streams read from URIs; the bound checked before any fetch."""
+        from tokenmill.loader.cache import CachedObject, TokenCache
+        from tokenmill.loader.prefetch import TokenFetcher
+        from tokenmill.loader.remote import check_objects, local_name
+
+        folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        objects, sizes = {}, {}
+        for stream in self.streams:
+            if not stream.files or not isinstance(stream.files[0].prefix, str):  # a local stream
+                continue
+            itemsize = stream.dtype.itemsize
+            for i, f in enumerate(stream.files):
+                bin_uri, idx_uri = f"{f.prefix}.bin", f"{f.prefix}.idx"
+                objects[(stream.name, i)] = (CachedObject(bin_uri, local_name(bin_uri, f.sha256, ".bin"), f.sha256,
+                                                          f.tokens * itemsize),
+                                             CachedObject(idx_uri, local_name(idx_uri, f.idx_sha256, ".idx"),
+                                                          f.idx_sha256))
+                # One sequence per document, as tokenize writes them: header + lengths, pointers, document indices.
+                sizes[(stream.name, i)] = f.tokens * itemsize + 42 + 20 * f.documents
+        check_objects(store, {o.uri: o.size for pair in objects.values() for o in pair})
+        total = sum(sizes.values())
+        if cache_bytes is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+            cache_bytes = min(total, int(0.9 * free))
+            log.info("token cache %s: cache_bytes %d (the remote data %d, free %d)", folder, cache_bytes, total, free)
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes <= 0:
+            raise ConfigError(f"cache_bytes must be a positive number of bytes, got {cache_bytes!r}")
+        if sizes:
+            key = max(sizes, key=sizes.get)
+            if sizes[key] > cache_bytes:
+                uri = objects[key][0].uri
+                raise ConfigError(f"cache_bytes {cache_bytes} is smaller than one token file: {uri} and its .idx "
+                                  f"take {sizes[key]} bytes; raise cache_bytes to at least that (a micro-batch "
+                                  "may read several files at once: a few times that is the practical minimum)")
+            # Each process building micro-batches (the workers, or this one) pins the files of the sample it reads:
+            # one file, or more when a sample crosses file ends.
+            least = min((f.tokens for stream in self.streams for f in stream.files
+                         if isinstance(f.prefix, str) and f.tokens), default=1)
+            span = min(len(sizes), 1 + -(-self.seq_len // least))
+            pinned = max(1, self.num_workers) * span * sizes[key]
+            if pinned > cache_bytes < total:  # (a cache that holds all the data holds any sample's files)
+                raise ConfigError(f"cache_bytes {cache_bytes} cannot hold the files that {max(1, self.num_workers)} "
+                                  f"process(es) building micro-batches may read at once (up to {pinned} bytes: "
+                                  f"token files of up to {sizes[key]} bytes, a sample spanning up to {span}); raise "
+                                  f"cache_bytes to at least {pinned}, or lower num_workers")
+        if threads < 0:
+            raise ConfigError(f"prefetch_threads must be >= 0, got {threads}")
+        if window is None:  # all of it when the cache holds the data (nothing to evict), else a share of the cache
+            window = total if cache_bytes >= total else cache_bytes // (2 * max(1, self.num_workers))
+        cache = TokenCache(folder, cache_bytes, store, timeout=store.policy.timeout)
+        # Files kept open past their micro-batch: all when the cache holds all the data, else the window's share.
+        fetcher = TokenFetcher(cache, objects, sizes, int(window), threads,
+                               hold_bytes=total if cache_bytes >= total else int(window))
+        for stream in self.streams:
+            if stream.files and isinstance(stream.files[0].prefix, str):
+                stream.fetcher = fetcher
+        return fetcher
+
+    def fetch_stats(self) -> dict[str, int]:
+        """What this loader fetched from the store (its workers included, as of the last batch they handed over):
+        ``bytes_fetched``, ``files_fetched``, ``evicted``, ``cache_peak_bytes`` (the most the cache folder held
+        when one of them reserved room), ``cache_bytes`` and ``disk_bytes`` (the folder now). Zeros when local."""
+        stats = {"bytes_fetched": 0, "files_fetched": 0, "evicted": 0, "cache_peak_bytes": 0}
+        if self.fetcher is None:
+            return {**stats, "cache_bytes": 0, "disk_bytes": 0}
+        for part in [self.fetcher.cache.stats if self.fetcher.cache._pid == os.getpid() else {},
+                     *self._worker_stats.values()]:
+            for key in ("bytes_fetched", "files_fetched", "evicted"):
+                stats[key] += part.get(key, 0)
+            stats["cache_peak_bytes"] = max(stats["cache_peak_bytes"], part.get("cache_peak_bytes", 0))
+        return {**stats, "cache_bytes": self.fetcher.cache.limit, "disk_bytes": self.fetcher.cache.disk_bytes()}
 
     # -- verification --------------------------------------------------------------------------------------------
 
@@ -168,6 +340,11 @@ class TokenLoader:
             self._group_base.append(len(groups))
             served = self.weights[stream.name] > 0
             for f in stream.files:
+                if stream.fetcher is not None:  # checked as it is fetched, before any read
+                    if served and not f.sha256:
+                        unrecorded.append(f"{f.prefix}.bin")
+                    groups.append([])
+                    continue
                 checks = [Check(Path(f"{f.prefix}{ext}"), sha) for ext, sha in ((".bin", f.sha256),
                                                                                   (".idx", f.idx_sha256)) if sha]
                 if served and not f.sha256:
@@ -181,9 +358,16 @@ class TokenLoader:
         return FileVerifier(groups, cache_dir(), first).start()
 
     def close(self) -> None:
-        """Stop background verification (call before the process exits; a new iterator does not restart it)."""
+        """Stop background verification and fetching, and let go of cached files (call before the process exits; a
+        new iterator does not restart verification)."""
         if self.verifier is not None:
             self.verifier.stop()
+        workers, self._workers = self._workers, None
+        shutdown = getattr(workers, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        if self.fetcher is not None:
+            self.fetcher.close()
 
     def _verify(self, first: int, count: int) -> None:
         """Block until every file that global positions ``[first, first + count)`` read is verified."""
@@ -318,7 +502,7 @@ class TokenLoader:
     def micro_batch(self, k: int, m: int) -> dict[str, torch.Tensor]:
         """Micro-batch m of global batch k for this rank, computed directly (no state involved)."""
         self._verify(self.layout.first_position(k, m), self.micro_batch_size)
-        return as_batch(*self._plan.micro_batch(k, m))
+        return as_batch(*self._plan.micro_batch(k, m, walked=False))
 
     def global_batch(self, k: int) -> torch.Tensor:
         """All samples of global batch k, every rank's (LongTensor[global_batch_size, seq_len + 1])."""
@@ -348,6 +532,8 @@ class _Iterator:
         k, m = loader.layout.resume_point(loader.consumed_samples)
         self._expected = loader.layout.sequence(k, m, loader.skips)
         if loader.num_workers == 0:
+            if loader.fetcher is not None:
+                loader.fetcher.start(loader._plan.upcoming(loader.layout.sequence(k, m, loader.skips)))
             self._source = ((k2, m2, *loader._plan.micro_batch(k2, m2)) for k2, m2 in
                             loader.layout.sequence(k, m, loader.skips))
         else:
@@ -357,8 +543,16 @@ class _Iterator:
                 _WorkerStream(loader._plan, k, m, list(loader.skips), chunk), batch_size=None,
                 num_workers=loader.num_workers, pin_memory=loader.pin_memory,
                 prefetch_factor=loader.prefetch_factor))
+            loader._workers = chunks  # for close(): its worker processes stop then, not at garbage collection
             self._source = ((k2, m2, tokens[i].long(), None if positions is None else positions[i])
-                            for ids, tokens, positions in chunks for i, (k2, m2) in enumerate(ids))
+                            for ids, tokens, positions in self._noting(chunks) for i, (k2, m2) in enumerate(ids))
+
+    def _noting(self, chunks):
+        """Chunks from the workers, their fetch counters kept for ``fetch_stats``."""
+        for ids, tokens, positions, stats in chunks:
+            if stats is not None:
+                self.loader._worker_stats[stats[0]] = stats[1]
+            yield ids, tokens, positions
 
     def __next__(self) -> dict[str, torch.Tensor]:
         loader = self.loader

@@ -4,7 +4,8 @@ A stream is what the tokenize stage wrote for one source of one split: its ``.bi
 each document's ids followed by its end-of-text id. Sample ``i`` of a stream is tokens ``[i L, i L + L + 1)``
 (``L = seq_len``): inputs and labels shifted by one, the last token shared with the next sample, as GPT-3, OPT and
 Megatron-LM cut their data. Files are opened lazily (startup reads only ``tokens.json``) and kept in a small cache,
-so thousands of files never exhaust file descriptors.
+so thousands of files never exhaust file descriptors. A `tokens.json` given as a URI (``s3://``, ``file://``) makes
+remote streams: their files are read from the node's bounded cache (``prefetch.TokenFetcher``), fetched on demand.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,13 +28,19 @@ OPEN_FILES = 128
 
 @dataclass(frozen=True)
 class TokenFile:
-    prefix: Path
+    prefix: Path | str
+    """A local path, or a URI (a remote stream's file) without the extension."""
     tokens: int
     documents: int
     sha256: str
     """Of the ``.bin``, as `tokens.json` records it (part of the stream's fingerprint)."""
     idx_sha256: str = ""
     """Of the ``.idx``, as recorded ("" when the index has none)."""
+
+    @property
+    def name(self) -> str:
+        """The file's name without its folder (the same for a local path and a URI)."""
+        return self.prefix.name if isinstance(self.prefix, Path) else self.prefix.rsplit("/", 1)[-1]
 
 
 @dataclass
@@ -44,6 +52,8 @@ class TokenStream:
     source: str
     files: list[TokenFile]
     dtype: np.dtype
+    fetcher: Any = field(default=None, repr=False)
+    """Set for a remote stream: where its files come from (``prefetch.TokenFetcher``)."""
     _starts: np.ndarray = field(init=False, repr=False)
     _open: OrderedDict = field(init=False, repr=False, default_factory=OrderedDict)
     _doc_ends: dict = field(init=False, repr=False, default_factory=dict)
@@ -65,12 +75,20 @@ class TokenStream:
     def tokens(self) -> int:
         return int(self._starts[-1])
 
+    @property
+    def starts_list(self) -> list[int]:
+        """Each file's first token in the stream, and the end, as a list (for bisect)."""
+        starts = self.__dict__.get("_starts_list")
+        if starts is None:
+            starts = self.__dict__["_starts_list"] = self._starts.tolist()
+        return starts
+
     def samples(self, seq_len: int) -> int:
         return max(0, (self.tokens - 1) // seq_len)
 
     @property
     def fingerprint(self) -> str:
-        text = json.dumps([[f.prefix.name, f.tokens, f.sha256] for f in self.files])
+        text = json.dumps([[f.name, f.tokens, f.sha256] for f in self.files])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def reader(self, i: int) -> IndexedReader:
@@ -78,9 +96,9 @@ class TokenStream:
         if reader is None:
             f = self.files[i]
             try:
-                reader = IndexedReader(f.prefix)
+                reader = IndexedReader(f.prefix if self.fetcher is None else self.fetcher.local(self, i))
             except ValueError as exc:
-                raise DataError(f"stream {self.name}: {exc}") from None
+                raise DataError(f"stream {self.name}: {f.prefix}: {exc}") from None
             if reader.num_tokens != f.tokens:
                 raise DataError(f"{f.prefix}.idx holds {reader.num_tokens} tokens but tokens.json says {f.tokens}: "
                                 "the files changed after tokenize; rerun the tokenize stage")
@@ -95,6 +113,11 @@ class TokenStream:
         else:
             self._open.move_to_end(i)
         return reader
+
+    def forget(self, i: int) -> None:
+        """Close file ``i``'s memory map (a remote file is about to be released to eviction)."""
+        self._open.pop(i, None)
+        self._views.pop(i, None)
 
     def file_tokens(self, i: int) -> np.ndarray:
         """Every token of file ``i`` (a read-only view of its memory map)."""
@@ -158,28 +181,47 @@ class TokenStream:
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
-def load_streams(paths: list[str | Path], split: str) -> tuple[list[TokenStream], dict]:
-    """The streams of ``split`` in each `tokens.json`, in order: by dataset, then source name. Also the index info."""
+def _read_index(raw, store) -> tokens_json.TokensIndex | tuple[str, dict]:
+    if store is not None and isinstance(raw, str) and "://" in raw:
+        from tokenmill.loader.remote import read_index
+
+        return read_index(raw, store)
+    return tokens_json.read(raw)
+
+
+def load_streams(paths: list[str | Path], split: str, store=None) -> tuple[list[TokenStream], dict]:
+    """The streams of ``split`` in each `tokens.json`, in order: by dataset, then source name. Also the index info.
+    With ``store`` (a ``remote.ObjectStore``), a path that is a URI is read through it, and its files are URIs."""
     if not paths:
         raise ValueError("paths: give at least one tokens.json")
     streams: list[TokenStream] = []
     info: dict = {}
     for d, raw in enumerate(paths):
-        index = tokens_json.read(raw)
-        tok = index.tokenizer
-        this = {"vocab_size": tok["vocab_size"], "eos_id": tok["eos_id"], "dtype": index.data["dtype"]}
+        index = _read_index(raw, store)
+        if isinstance(index, tuple):  # a URI: prefixes are relative to the index's folder, joined as text
+            where, data = index
+            folder = where.rsplit("/", 1)[0]
+            files, dtype = data["splits"].get(split, {}).get("files"), np.dtype(data["dtype"])
+            if files is None:
+                raise DataError(f"{where}: no split {split!r} (has {sorted(data['splits'])})")
+            tok, prefix_of = data["tokenizer"], (lambda e, folder=folder: f"{folder}/{e['prefix']}")
+            tokenizer_file = f"{folder}/{tok['file']}"
+        else:
+            where, data, files, dtype = index.path, index.data, index.files(split), index.dtype
+            tok, prefix_of, tokenizer_file = index.tokenizer, index.prefix_path, str(index.tokenizer_path)
+        this = {"vocab_size": tok["vocab_size"], "eos_id": tok["eos_id"], "dtype": data["dtype"]}
         if info and {k: info[k] for k in this} != this:
-            raise DataError(f"{index.path}: tokenizer {this} differs from {paths[0]}'s "
+            raise DataError(f"{where}: tokenizer {this} differs from {paths[0]}'s "
                             f"{dict((k, info[k]) for k in this)}; datasets mixed in one loader must share a tokenizer")
-        info = {**this, "tokenizer_sha256": tok.get("sha256"), "tokenizer_file": str(index.tokenizer_path)}
+        info = {**this, "tokenizer_sha256": tok.get("sha256"), "tokenizer_file": tokenizer_file}
         by_source: dict[str, list[TokenFile]] = {}
-        for entry in index.files(split):
+        for entry in files:
             sources = sorted(entry["by_source"]) or ["(unknown)"]
             hashes = entry["sha256"]
-            f = TokenFile(index.prefix_path(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
+            f = TokenFile(prefix_of(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
                           hashes.get(".idx", ""))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
             name = source if len(paths) == 1 else f"{d}/{source}"
-            streams.append(TokenStream(name, d, source, by_source[source], index.dtype))
+            streams.append(TokenStream(name, d, source, by_source[source], dtype))
     return streams, info

@@ -1,0 +1,280 @@
+"""A node-local folder of objects fetched from a store, bounded in bytes and shared by every loader of the node.
+
+Layout: ``<folder>/<name>`` complete objects (named by their recorded sha256: see ``remote.local_name``),
+``<folder>/<name>.<pid>.<thread>.tmp`` downloads in progress, ``<folder>/.locks/`` one empty lock file per object
+and ``cache.lock``. Everything that changes the folder's size, or renames in it, happens under ``cache.lock`` (``fcntl.flock``), so
+the bound holds for the whole node, whatever number of ranks and workers share the folder:
+
+- **Reserve, then download.** A download first takes room: under ``cache.lock`` it sums the folder from disk
+  (no bookkeeping to drift or to lose in a crash), evicts until the object fits, and creates its temporary file at
+  full size (``ftruncate``). The folder therefore never holds more than ``cache_bytes``, the downloads included.
+  The temporary file is renamed into place only after its sha256 matched: a killed process leaves at most a
+  ``.tmp`` (removed by the next reservation, once no process holds its lock), never a half file under the name.
+- **One download per object per node.** The downloader holds the object's lock exclusively; another rank wanting
+  the object waits on the lock, then finds it present.
+- **Pins.** A loader reading an object holds its lock shared. Eviction takes a lock exclusively without waiting,
+  so an object in use by any process of the node is never removed; among the others, the least recently used
+  goes first (mtime, touched at every pin), skipping the objects this process expects to read soon (its prefetch
+  window). A crashed process's pins vanish with it (the kernel drops its locks).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenmill.errors import ConfigError
+from tokenmill.tokenize.tokens_json import DataError
+
+log = logging.getLogger(__name__)
+
+LOCKS = ".locks"
+
+
+@dataclass(frozen=True)
+class CachedObject:
+    """One object of the store and what `tokens.json` says of it."""
+
+    uri: str
+    name: str
+    """Its file name in the cache."""
+    sha256: str
+    """As recorded ("" when not: then it is used unchecked)."""
+    size: int | None = None
+    """Its size when known in advance (a ``.bin``: tokens x item size); checked against the store's."""
+
+
+def _flock(f, mode: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(f.fileno(), mode)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as err:
+        if err.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+class TokenCache:
+    """The bounded cache folder, as one process uses it (its pins, window and counters are its own; a forked
+    worker starts with none)."""
+
+    def __init__(self, folder: Path, limit: int, store, timeout: float = 120.0):
+        self.folder, self.limit, self.store, self.timeout = Path(folder), int(limit), store, float(timeout)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / LOCKS).mkdir(exist_ok=True)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._mutex = threading.RLock()
+        self._held: dict[str, object] = {}  # name -> its lock file, held shared
+        self.window: set[str] = set()  # names this process will read soon: never evicted by it
+        self.stats = {"bytes_fetched": 0, "files_fetched": 0, "cache_peak_bytes": 0, "evicted": 0}
+
+    def __getstate__(self):
+        return {k: self.__dict__[k] for k in ("folder", "limit", "store", "timeout")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._reset()
+
+    def _mine(self) -> None:
+        if self._pid != os.getpid():  # a forked worker: the parent's locks and counters are not this process's
+            self._reset()
+
+    def path(self, obj: CachedObject) -> Path:
+        return self.folder / obj.name
+
+    def _lock_file(self, name: str):
+        return open(self.folder / LOCKS / f"{name}.lock", "a+b")  # noqa: SIM115 - held while pinned
+
+    # -- pins ----------------------------------------------------------------------------------------------------
+
+    def pin(self, obj: CachedObject) -> Path:
+        """The object's local path, fetched first when absent; it stays on disk until ``release``."""
+        import fcntl
+
+        self._mine()
+        path = self.path(obj)
+        with self._mutex:
+            if obj.name in self._held:
+                return path
+        lock = self._lock_file(obj.name)
+        try:
+            while True:
+                _flock(lock, fcntl.LOCK_SH)
+                if path.is_file():
+                    os.utime(path)  # recently used: the last to be evicted
+                    with self._mutex:
+                        self._held[obj.name] = lock
+                    return path
+                _flock(lock, fcntl.LOCK_EX)  # waits for another process fetching it, then looks again
+                if not path.is_file():
+                    self._download(obj, wait=True)
+                # Back to shared and look again: between the two an evictor may have taken it (then fetch again).
+        except BaseException:
+            lock.close()
+            raise
+
+    def release(self, name: str) -> None:
+        with self._mutex:
+            lock = self._held.pop(name, None)
+        if lock is not None:
+            lock.close()  # drops the shared lock: evictable again
+
+    def release_all(self) -> None:
+        self._mine()
+        for name in list(self._held):
+            self.release(name)
+
+    def prefetch(self, obj: CachedObject, cancelled=None) -> None:
+        """Fetch the object if absent and there is room without waiting; never pins it. Another process already
+        fetching it, or a full cache, leaves it to the reader."""
+        import fcntl
+
+        self._mine()
+        path = self.path(obj)
+        if path.is_file():
+            return
+        with self._lock_file(obj.name) as lock:
+            if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB) and not path.is_file():
+                self._download(obj, wait=False, cancelled=cancelled)
+
+    # -- fetch ---------------------------------------------------------------------------------------------------
+
+    def _download(self, obj: CachedObject, wait: bool, cancelled=None) -> bool:
+        """With the object's lock held exclusively: reserve room, download, check, rename. False when ``wait`` is
+        off and there is no room."""
+        for attempt in (1, 2):
+            tmp: Path | None = None
+
+            def begin(size: int):
+                nonlocal tmp
+                if obj.size is not None and size != obj.size:
+                    raise DataError(f"{obj.uri}: the object has {size} bytes but tokens.json implies {obj.size}: it "
+                                    "is not the file the tokenize stage wrote; restore it or rerun the tokenize stage")
+                tmp = self._reserve(obj, size, wait)
+                return None if tmp is None else open(tmp, "r+b")  # noqa: SIM115 - closed below
+
+            try:
+                digest, size, out = self.store.download(obj.uri, begin, cancelled)
+                if out is None:
+                    return False
+                out.close()
+                if obj.sha256 and digest != obj.sha256:
+                    if attempt == 1:
+                        # A transfer can go wrong where the object did not: fetch it once more before refusing.
+                        log.warning("%s: sha256 %s… differs from tokens.json's %s…; fetching it again", obj.uri,
+                                    digest[:16], obj.sha256[:16])
+                        continue
+                    raise DataError(f"{obj.uri}: sha256 {digest[:16]}… differs from {obj.sha256[:16]}… recorded in "
+                                    "tokens.json, twice: the object is corrupt or changed since the tokenize stage "
+                                    "wrote it; restore it or rerun the tokenize stage")
+                with self._cache_lock():
+                    # Under the cache lock: a sum of the folder must never see the name between two states.
+                    os.replace(tmp, self.path(obj))
+                with self._mutex:
+                    self.stats["bytes_fetched"] += size
+                    self.stats["files_fetched"] += 1
+                return True
+            finally:
+                if tmp is not None:
+                    try:
+                        os.unlink(tmp)
+                    except FileNotFoundError:
+                        pass
+        return False  # unreachable: the second mismatch raised
+
+    def _reserve(self, obj: CachedObject, size: int, wait: bool) -> Path | None:
+        """A temporary file of ``size`` bytes in the folder, made under the cache lock once there is room."""
+        if size > self.limit:
+            raise ConfigError(f"cache_bytes {self.limit} is smaller than {obj.uri} ({size} bytes): raise cache_bytes "
+                              "to at least the largest token file (.bin plus .idx)")
+        deadline = time.monotonic() + self.timeout
+        delay = 0.02
+        while True:
+            with self._cache_lock():
+                used = self._make_room(size)
+                if used + size <= self.limit:
+                    tmp = self.folder / f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+                    with open(tmp, "wb") as f:
+                        f.truncate(size)  # the whole object's room, taken now, under the lock
+                    with self._mutex:
+                        self.stats["cache_peak_bytes"] = max(self.stats["cache_peak_bytes"], used + size)
+                    return tmp
+            if not wait:
+                return None
+            if time.monotonic() > deadline:
+                raise ConfigError(f"cache_bytes {self.limit}: no room for {obj.uri} ({size} bytes) after "
+                                  f"{self.timeout:g} s: the folder holds {used} bytes of files in use by the loaders of this "
+                                  "node and of downloads; raise cache_bytes, or share the folder among fewer loaders")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    @contextmanager
+    def _cache_lock(self):
+        """The node-wide lock under which the folder's size changes (and names move)."""
+        import fcntl
+
+        with open(self.folder / LOCKS / "cache.lock", "a+b") as lock:
+            _flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _make_room(self, size: int) -> int:
+        """Under the cache lock: remove stale downloads, evict least recently used objects nobody holds until
+        ``size`` more bytes fit (or nothing more can go); the bytes the folder then holds."""
+        import fcntl
+
+        entries, used = [], 0
+        for entry in os.scandir(self.folder):
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if entry.name.endswith(".tmp"):
+                name = entry.name.rsplit(".", 3)[0]  # <name>.<pid>.<thread>.tmp
+                with self._lock_file(name) as lock:
+                    if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):  # nobody downloads it: left by a killed process
+                        os.unlink(entry.path)
+                        continue
+            else:
+                entries.append((st.st_mtime_ns, entry.name, st.st_size))
+            used += st.st_size
+        if used + size <= self.limit:
+            return used
+        with self._mutex:
+            held, window = set(self._held), set(self.window)
+        # First what nobody expects to read soon; then, if that is not enough, this process's own window (files
+        # read soon can be fetched again; the file needed now cannot wait).
+        for spare in (held | window, held):
+            for _, name, nbytes in sorted(entries):
+                if used + size <= self.limit:
+                    return used
+                if name in spare or not (self.folder / name).exists():
+                    continue
+                with self._lock_file(name) as lock:
+                    if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):  # no process holds it
+                        try:
+                            os.unlink(self.folder / name)
+                        except FileNotFoundError:
+                            continue
+                        used -= nbytes
+                        with self._mutex:
+                            self.stats["evicted"] += 1
+        return used
+
+    def disk_bytes(self) -> int:
+        """What the folder holds now (complete objects and downloads in progress)."""
+        return sum(e.stat().st_size for e in os.scandir(self.folder) if e.is_file(follow_symlinks=False))

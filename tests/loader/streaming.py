@@ -1,0 +1,70 @@
+"""Helpers for the streaming-loader tests: a small tokenize output on the test's S3 server, and a watcher of the
+cache folder's size on disk."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from tests.loader.tokens import labelled_docs, write_dataset
+
+BUCKET = "tokens"
+URI = f"s3://{BUCKET}/run/tokenize/tokens.json"
+KW = {"seq_len": 16, "global_batch_size": 2, "micro_batch_size": 1, "seed": 3}
+
+
+def dataset(root: Path, files_per_source: int = 16) -> tuple[Path, int, int]:
+    """Two sources in 2 x ``files_per_source`` token files (each about 1.4 KB with its .idx); (tokens.json, the
+    bytes of the .bin and .idx files, the largest file's .bin + .idx)."""
+    rng = np.random.default_rng(0)
+    path = write_dataset(root, {"alpha": labelled_docs(300, rng), "beta": labelled_docs(200, rng, base=1000)},
+                         files_per_source=files_per_source)
+    sizes: dict[str, int] = {}
+    for p in root.rglob("*"):
+        if p.suffix in (".bin", ".idx"):
+            sizes[str(p.with_suffix(""))] = sizes.get(str(p.with_suffix("")), 0) + p.stat().st_size
+    return path, sum(sizes.values()), max(sizes.values())
+
+
+def upload(server, root: Path) -> None:
+    server.create_bucket(BUCKET)
+    server.upload_tree(root, BUCKET, "run/tokenize")
+
+
+def folder_bytes(folder: Path) -> int:
+    """Every file under ``folder``, as the disk sees them now (locks, downloads in progress, objects)."""
+    total = 0
+    for base, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(base, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+class Watcher:
+    """Samples a folder's size in a thread until stopped; ``peak`` is the most it saw."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.peak, self.samples = folder, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Watcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.folder.exists():
+                self.peak = max(self.peak, folder_bytes(self.folder))
+                self.samples += 1
+            self._stop.wait(0.002)

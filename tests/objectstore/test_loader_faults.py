@@ -1,0 +1,131 @@
+"""The streaming loader through faults of the store and of the node: an outage while it fetches (retried, the same
+samples), a corrupt object (refused, naming it), a loader killed mid-download (no half file under a real name)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.loader.streaming import BUCKET, KW, URI, dataset, folder_bytes, upload
+from tokenmill.loader import DataError, TokenLoader
+from tokenmill.loader import remote
+
+
+@pytest.fixture
+def data(tmp_path, s3_server):
+    root = tmp_path / "run" / "tokenize"
+    path, total, largest = dataset(root)
+    upload(s3_server, root)
+    return path, total, root
+
+
+def _reference(path, steps: int) -> list:
+    local = TokenLoader([str(path)], **KW)
+    it = iter(local)
+    return [next(it)["input_ids"].tolist() for _ in range(steps)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_outage_mid_fetch_is_retried_and_the_samples_are_unchanged(data, tmp_path, s3_server, monkeypatch,
+                                                                      caplog, workers):
+    path, total, root = data
+    steps = 400
+    reference = _reference(path, steps)
+    # Several ranged reads per file (the real client, smaller requests), so the outage falls inside downloads.
+    monkeypatch.setattr(remote, "READ_BYTES", 256)
+    loader = TokenLoader(URI, cache_dir=tmp_path / "cache", cache_bytes=total // 4, num_workers=workers,
+                         fetch_timeout=60, **KW)
+    halfway, restored = threading.Event(), threading.Event()
+
+    def outage():
+        halfway.wait()
+        s3_server.stop()  # the store goes away (moto loses its objects) ...
+        time.sleep(1.5)
+        s3_server.start()  # ... and comes back with the same objects
+        upload(s3_server, root)
+        restored.set()
+
+    thread = threading.Thread(target=outage)
+    thread.start()
+    got = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="tokenmill.loader.remote"):
+            it = iter(loader)
+            for step in range(steps):
+                if step == 100:
+                    halfway.set()
+                got.append(next(it)["input_ids"].tolist())
+    finally:
+        halfway.set()
+        thread.join()
+        loader.close()
+    assert restored.is_set()
+    assert got == reference
+    if workers == 0:  # the workers' warnings go to their own processes' logs
+        assert any("retrying" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_corrupt_object_is_refused_naming_it(data, tmp_path, s3_server, caplog, workers):
+    path, total, root = data
+    loader = TokenLoader(URI, cache_dir=tmp_path / "cache", cache_bytes=total, num_workers=workers, **KW)
+    first = loader._plan.files_read(loader.order.locate([0]))[0]  # a file the first batch reads
+    prefix = loader.streams[first[0]].files[first[1]].prefix
+    key = prefix.split(f"s3://{BUCKET}/", 1)[1] + ".bin"
+    good = (root / (prefix.rsplit("/tokenize/", 1)[1] + ".bin")).read_bytes()
+    bad = bytes([good[0] ^ 1]) + good[1:]  # one bit, same size
+    s3_server.client().put_object(Bucket=BUCKET, Key=key, Body=bad)
+    with caplog.at_level(logging.WARNING, logger="tokenmill.loader.cache"):
+        with pytest.raises(DataError, match=f"{prefix}.bin: sha256 .* differs"):
+            next(iter(loader))
+    loader.close()
+    if workers == 0:
+        assert any("fetching it again" in r.getMessage() for r in caplog.records)  # retried once, then refused
+    sha = hashlib.sha256(good).hexdigest()
+    assert not any(p.name.startswith(sha[:40]) for p in (tmp_path / "cache").iterdir())  # nothing of it kept
+
+
+KILLED = """
+import sys
+from tokenmill.loader import TokenLoader, remote
+remote.READ_BYTES = 64
+loader = TokenLoader(sys.argv[1], cache_dir=sys.argv[2], cache_bytes=int(sys.argv[3]), seq_len=16,
+                     global_batch_size=2, micro_batch_size=1, seed=3)
+print("started", flush=True)
+for batch in loader:
+    pass
+"""
+
+
+def test_a_loader_killed_mid_download_leaves_no_half_file(data, tmp_path):
+    path, total, _ = data
+    cache, bound = tmp_path / "cache", total // 4
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, URI, str(cache), str(bound)], stdout=subprocess.PIPE,
+                            env=os.environ.copy())
+    assert proc.stdout.readline().strip() == b"started"
+    deadline = time.monotonic() + 30
+    while not any(p.name.endswith(".tmp") for p in cache.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)  # mid-download: a .tmp is in the folder
+    proc.wait()
+    leftovers = [p for p in cache.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers
+    # Every complete name is a whole, checked file: its name is its recorded sha256.
+    for p in cache.glob("*.bin"):
+        assert hashlib.sha256(p.read_bytes()).hexdigest()[:40] == p.name[:40]
+    assert folder_bytes(cache) <= bound
+    reference = _reference(path, 200)
+    loader = TokenLoader(URI, cache_dir=cache, cache_bytes=bound, **KW)
+    it = iter(loader)
+    assert [next(it)["input_ids"].tolist() for _ in range(200)] == reference
+    loader.close()
+    assert not any(p.exists() for p in leftovers)  # the dead process's downloads were cleared to make room
+    assert folder_bytes(cache) <= bound
