@@ -45,7 +45,8 @@ def loader_from_state(state: dict[str, Any], paths: Sequence[str] | None = None,
     loader = TokenLoader(list(paths or state["datasets"]), seq_len=state["seq_len"],
                          global_batch_size=state["global_batch_size"], micro_batch_size=state["micro_batch_size"],
                          world_size=state["world_size"], seed=state["seed"], split=state["split"],
-                         shuffle=state["shuffle"], weights=weights or {k: float(v) for k, v in slots.items()},
+                         shuffle=state["shuffle"], shuffle_block=state.get("shuffle_block"),
+                         shuffle_window=state.get("shuffle_window", 8), weights=weights or {k: float(v) for k, v in slots.items()},
                          verify=False)  # attribution reads a few documents; `tokens verify` checks the files
     loader.load_state_dict(state)
     return loader

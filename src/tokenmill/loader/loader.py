@@ -194,6 +194,14 @@ class TokenLoader:
             streams to serve. A name that matches no stream is a ValueError naming it.
         split: the tokenize split to read (``train`` or ``valid``).
         shuffle: False serves each stream in order (samples 0, 1, 2, ...).
+        shuffle_block: None (default): each stream's samples in a global shuffle per epoch. An int: a block
+            shuffle (`tokenmill.loader.blockshuffle`): the stream is cut into blocks of this many consecutive samples,
+            the blocks are shuffled, and samples are shuffled within windows of ``shuffle_window`` blocks. For a
+            `tokens.json` URI whose cache holds less than the data: with a global shuffle nearly every sample needs
+            another whole file; here a window needs about 2 x ``shuffle_window`` files at once when a block is about
+            a file's samples (``tokens / seq_len`` of a typical file). It changes the order, so it is part of the
+            state: the same setting gives the same samples read locally or streamed.
+        shuffle_window: blocks per window of the block shuffle (default 8): more mixes more, and needs more cache.
         position_ids: also yield position ids that restart at every document start.
         pin_memory: pin batches (for a CUDA host), passed to the DataLoader.
         verify: check every token file against the sha256 that `tokens.json` records, in a background thread that
@@ -214,7 +222,8 @@ class TokenLoader:
     def __init__(self, paths: Sequence[str], seq_len: int, global_batch_size: int, micro_batch_size: int | None = None,
                  seed: int = 0, rank: int = 0, world_size: int = 1, num_workers: int = 0,
                  weights: dict[str, float] | Sequence[float] | None = None, split: str = "train",
-                 shuffle: bool = True, position_ids: bool = False, pin_memory: bool = False,
+                 shuffle: bool = True, shuffle_block: int | None = None, shuffle_window: int = 8,
+                 position_ids: bool = False, pin_memory: bool = False,
                  prefetch_factor: int = 2, verify: bool = True, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None, fetch_timeout: float = 120.0, prefetch_threads: int = 4,
                  prefetch_bytes: int | None = None):
@@ -224,6 +233,9 @@ class TokenLoader:
             raise ValueError(f"seq_len must be positive, got {seq_len}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        for key, value in (("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{key} must be a positive integer, got {value!r}")
         self.paths = [str(p) for p in paths]
         self.seq_len, self.seed, self.split = int(seq_len), int(seed), split
         self.num_workers, self.pin_memory, self.prefetch_factor = num_workers, pin_memory, prefetch_factor
@@ -241,7 +253,8 @@ class TokenLoader:
         self.streams, self.info = load_streams(self.paths, split, store)
         self.weights = resolve_weights(self.streams, self.seq_len, weights, len(self.paths))
         schedule = MixtureSchedule.build([self.weights[s.name] for s in self.streams])
-        self.order = GlobalOrder(self.streams, self.seq_len, self.seed, schedule, shuffle)
+        self.order = GlobalOrder(self.streams, self.seq_len, self.seed, schedule, shuffle, shuffle_block,
+                                 shuffle_window)
         # Workers hand tokens over in the smallest signed dtype that holds the vocabulary.
         transfer = torch.int16 if (self.info.get("vocab_size") or 1 << 40) <= 32768 else torch.int32
         self.fetcher = self._fetcher(store, cache_dir, cache_bytes, prefetch_threads, prefetch_bytes) if remote else None
@@ -418,6 +431,9 @@ class TokenLoader:
             "seq_len": self.seq_len,
             "split": self.split,
             "shuffle": self.order.shuffle,
+            # only when set: states of loaders without a block shuffle stay as they were
+            **({"shuffle_block": self.order.block, "shuffle_window": self.order.blocks}
+               if self.order.block is not None else {}),
             "global_batch_size": self.layout.global_batch_size,
             "micro_batch_size": self.layout.micro_batch_size,
             "world_size": self.layout.world_size,
@@ -436,8 +452,10 @@ class TokenLoader:
             raise ResumeError(f"not a TokenLoader state of version {STATE_VERSION}: "
                               f"{state.get('version') if isinstance(state, dict) else type(state).__name__}")
         problems = []
+        block = self.order.block
         for key, mine in (("seq_len", self.seq_len), ("seed", self.seed), ("split", self.split),
-                          ("shuffle", self.order.shuffle)):
+                          ("shuffle", self.order.shuffle), ("shuffle_block", block),
+                          ("shuffle_window", None if block is None else self.order.blocks)):
             if state.get(key) != mine:
                 problems.append(f"{key} {state.get(key)!r} -> {mine!r}")
         changed = self.data_changes(state)

@@ -3,7 +3,9 @@
 Position k goes to a stream by the mixture schedule, as that stream's j-th sample; j falls in the stream's epoch
 ``j // N`` at place ``j % N``, and a Feistel permutation keyed by (seed, the stream's data fingerprint, seq_len,
 epoch) turns the place into a sample. Nothing depends on world size or workers, nothing is built or cached, and
-a stream that runs out simply starts its next epoch with a new key.
+a stream that runs out simply starts its next epoch with a new key. With ``block`` set, the permutation is a
+`BlockShuffle` (consecutive places stay within a window of ``blocks`` blocks of ``block`` consecutive samples), the
+order a bounded cache of a streaming loader can follow.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenmill.loader.blockshuffle import BlockShuffle
 from tokenmill.loader.mixture import MixtureSchedule
 from tokenmill.loader.permutation import FeistelPermutation, round_keys
 from tokenmill.loader.streams import TokenStream
@@ -28,22 +31,27 @@ class Located:
 
 class GlobalOrder:
     def __init__(self, streams: list[TokenStream], seq_len: int, seed: int, schedule: MixtureSchedule,
-                 shuffle: bool = True):
+                 shuffle: bool = True, block: int | None = None, blocks: int = 8):
         self.streams = streams
         self.seq_len = seq_len
         self.seed = seed
         self.schedule = schedule
         self.shuffle = shuffle
+        self.block, self.blocks = block, blocks
         self.samples = [s.samples(seq_len) for s in streams]
         self._perms: dict[tuple[int, int], FeistelPermutation] = {}
 
-    def permutation(self, stream: int, epoch: int) -> FeistelPermutation:
+    def permutation(self, stream: int, epoch: int) -> FeistelPermutation | BlockShuffle:
         key = (stream, epoch)
         perm = self._perms.get(key)
         if perm is None:
             s = self.streams[stream]
-            perm = FeistelPermutation(self.samples[stream],
-                                      round_keys("tokenmill-loader", self.seed, s.fingerprint, self.seq_len, epoch))
+            if self.block is not None:
+                perm = BlockShuffle(self.samples[stream], self.block, self.blocks,
+                                    ("tokenmill-loader-blocks", self.seed, s.fingerprint, self.seq_len, epoch))
+            else:
+                perm = FeistelPermutation(self.samples[stream],
+                                          round_keys("tokenmill-loader", self.seed, s.fingerprint, self.seq_len, epoch))
             if len(self._perms) > 64:
                 self._perms.clear()
             self._perms[key] = perm
