@@ -4,7 +4,15 @@ Both train the same OPT-style model on the same token files through the same Tok
 micro-batches, AdamW and clipping. The plain loop has no FSDP, no process group, no guard, no metrics file. The
 trainer's overhead is the ratio of their median step times (wall time between steps, steady state).
 
+With ``--fingerprints`` a third side runs in the same rounds: the trainer with ``fingerprints: {enabled: false}``.
+The trainer side keeps the defaults (fingerprints on; ``--fingerprint-every`` sets their checksum interval), so their
+overhead is the ratio of the two trainer sides' median step times; the time spent inside the fingerprint code is
+also measured in the step itself (``fingerprint_s`` of metrics.jsonl), which the other load of a shared machine
+does not blur.
+
     python benchmarks/train_throughput.py [--model opt-tiny] [--seq-len 256] [--batch 16] [--micro 8] [--steps 40]
+    python benchmarks/train_throughput.py --fingerprints --model opt-125m --seq-len 128 --batch 4 --micro 4 --steps 6 \
+        --rounds 4
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import sys
 
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
@@ -79,11 +88,12 @@ def plain_loop(path: Path, args, device: torch.device) -> list[float]:
     return times
 
 
-def trainer_loop(path: Path, args, out: Path) -> tuple[list[float], list[dict]]:
+def trainer_loop(path: Path, args, out: Path, fingerprints: bool = True) -> tuple[list[float], list[dict]]:
     cfg = parse_train_config({"data": str(path), "model": args.model, "seq_len": args.seq_len,
                               "global_batch_size": args.batch, "micro_batch_size": args.micro, "steps": args.steps,
                               "lr": 3e-4, "output": str(out), "checkpoint_every": 10**9, "eval_every": 0,
-                              "num_workers": 0, "peak_tflops": args.peak_tflops, "log_every": 10**9})
+                              "num_workers": 0, "peak_tflops": args.peak_tflops, "log_every": 10**9,
+                              "fingerprints": {"enabled": fingerprints, "every": args.fingerprint_every}})
     stamps, rows = [], []
 
     def on_step(row):
@@ -105,17 +115,30 @@ def main() -> int:
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--peak-tflops", type=float, default=None, help="per device (default: from the GPU name)")
+    parser.add_argument("--fingerprints", action="store_true",
+                        help="also run the trainer without fingerprints, and report their overhead")
+    parser.add_argument("--fingerprint-every", type=int, default=100, help="steps between parameter checksums")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     warm = min(5, args.steps // 4)
     with tempfile.TemporaryDirectory() as tmp:
         path = write_tokens(Path(tmp) / "tokens", max(2_000_000, args.batch * (args.seq_len + 1) * args.steps * 2),
                             args.vocab)
-        plain, trained, rows = [], [], []
+        plain, trained, bare, rows, shares = [], [], [], [], []
         for r in range(args.rounds):  # alternate, keep each side's best median
             plain.append(statistics.median(plain_loop(path, args, device)[warm:]))
-            times, rows = trainer_loop(path, args, Path(tmp) / f"train-{r}")
-            trained.append(statistics.median(times[warm:]))
+            # The two trainer sides swap places every round, and the previous model is collected before each, so
+            # neither side always runs second (after another 125M-parameter model and optimizer were let go).
+            for with_fingerprints in ((True, False) if r % 2 else (False, True)) if args.fingerprints else (True,):
+                gc.collect()
+                times, side_rows = trainer_loop(path, args, Path(tmp) / f"train-{r}-{int(with_fingerprints)}",
+                                                fingerprints=with_fingerprints)
+                if not with_fingerprints:
+                    bare.append(statistics.median(times[warm:]))
+                    continue
+                rows = side_rows
+                trained.append(statistics.median(times[warm:]))
+                shares.append(statistics.median(row["fingerprint_s"] / t for row, t in zip(rows[warm:], times[warm:])))
     tokens_per_step = args.batch * args.seq_len
     with torch.device("meta"):
         flops = OPTDecoder(model_config(args.model, vocab_size=padded_vocab(args.vocab), max_seq_len=args.seq_len)) \
@@ -136,6 +159,20 @@ def main() -> int:
     }
     result["flops_per_token"] = flops
     result["ratios"] = {"trainer_vs_plain_tokens_per_s": round(best_plain / best_trainer, 3)}
+    if args.fingerprints:
+        best_bare = min(bare)
+        result["fingerprints"] = {
+            "every": args.fingerprint_every,
+            "steps_per_s": {"with": round(1 / best_trainer, 4), "without": round(1 / best_bare, 4)},
+            "median_step_s": {"with": [round(x, 4) for x in trained], "without": [round(x, 4) for x in bare]},
+            # side by side: (best median with) / (best median without) - 1; noisy on a shared machine
+            "overhead": round(best_trainer / best_bare - 1, 4),
+            # the two sides run back to back in each round: their ratio per round, and its median
+            "overhead_per_round": [round(w / wo - 1, 4) for w, wo in zip(trained, bare)],
+            "overhead_median_of_rounds": round(statistics.median(w / wo - 1 for w, wo in zip(trained, bare)), 4),
+            # measured inside the step: seconds in the fingerprint code / step seconds (median, best round)
+            "share_of_step": round(min(shares), 6),
+        }
     print(json.dumps(result, indent=1))
     return 0
 

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config_base import StrictModel, expand_path, load_yaml
+from tokenmill.train.fingerprints import FingerprintConfig
 from tokenmill.train.guard import GuardConfig
 from tokenmill.train.model import PRESETS
 
@@ -91,6 +92,9 @@ class TrainConfig(StrictModel):
     """Steps between progress lines when the output is not a terminal."""
     guard: GuardConfig = Field(default_factory=GuardConfig)
     """Divergence handling (`tokenmill.train.guard.GuardConfig`), its bounds checked here with the rest."""
+    fingerprints: FingerprintConfig = Field(default_factory=FingerprintConfig)
+    """Per-rank values every step in ranks.jsonl, and flagging of a rank far from the others
+    (`tokenmill.train.fingerprints.FingerprintConfig`)."""
 
     @field_validator("data", mode="before")
     @classmethod

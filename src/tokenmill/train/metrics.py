@@ -1,4 +1,5 @@
-"""Throughput and MFU, and the JSON-lines logs a run writes: metrics.jsonl (per step) and events.jsonl."""
+"""Throughput and MFU, and the JSON-lines logs a run writes: metrics.jsonl (per step), ranks.jsonl (per rank per step)
+and events.jsonl."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ class JsonLines:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row, allow_nan=True) + "\n")
+
+    def write_many(self, rows: list[dict[str, Any]]) -> None:
+        """Append several rows with one open (ranks.jsonl: one row per rank per step)."""
+        if self.enabled and rows:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(row, allow_nan=True) + "\n" for row in rows))
 
     def truncate_after(self, step: int) -> int:
         """Drop rows of steps after ``step`` (written after the checkpoint a restart resumes from). Returns how many."""

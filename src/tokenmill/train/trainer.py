@@ -2,16 +2,18 @@
 
 One ``Trainer.run()`` is one process of a job (torchrun starts several; one process works alone). Every step:
 the learning rate from the step; ``M`` micro-batches forward and backward (gradients reduced on the last only);
-global gradient-norm clipping; the guard's verdict on the global mean loss and the norm. A healthy step updates the
-weights; a spike is never applied: the run rolls back to the newest healthy checkpoint, cuts the learning rate,
-skips the offending global batches through the loader and writes the event, with the documents of those batches,
-to ``events.jsonl``.
+global gradient-norm clipping; each rank's fingerprints (``fingerprints.py``: its own loss and gradient norms, one
+all_gather, a flagged rank recorded) before anything is applied; the guard's verdict on the global mean loss and the
+norm. A healthy step updates the weights; a spike is never applied: the run rolls back to the newest healthy
+checkpoint, cuts the learning rate, skips the offending global batches through the loader and writes the event, with
+the documents of those batches, to ``events.jsonl``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import signal
 import time
@@ -31,17 +33,22 @@ from tokenmill.loader.batches import next_served, parse_ranges
 from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.distributed import Distributed, setup
+from tokenmill.train.faults import TrainFaults
+from tokenmill.train.fingerprints import Anomaly, Fingerprints, anomaly_event, install_tap
 from tokenmill.train.guard import DivergenceGuard, Verdict
 from tokenmill.train.metrics import JsonLines, memory, peak_tflops
 from tokenmill.train.model import OPTDecoder, model_config
 from tokenmill.train.report import LogReporter, QuietReporter, TrainReporter
 from tokenmill.train.schedule import learning_rate
 
+log = logging.getLogger(__name__)
+
 # Test and fault-injection hook: SIGKILL this process right after the given step (and its checkpoint) completes.
 KILL_AFTER_STEP_ENV = "TOKENMILL_KILL_AFTER_STEP"
 # Config keys a resumed run may change without changing what it computes.
 RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "num_workers",
-                     "log_every", "peak_tflops", "guard", "output", "compile", "allow_data_change"}
+                     "log_every", "peak_tflops", "guard", "output", "compile", "allow_data_change",
+                     "fingerprints"}
 
 
 def dropout_seed(seed: int, step: int, micro: int, rank: int) -> int:
@@ -95,6 +102,16 @@ class Trainer:
         self.mcfg = model_config(cfg.model, vocab_size=padded_vocab(vocab), max_seq_len=cfg.seq_len,
                                  dropout=cfg.dropout)
         self.model = self._model(d)
+        # Test faults (TOKENMILL_TRAIN_FAULTS; None when unset: the step pays one `is None` test per hook).
+        self.faults = TrainFaults.from_env(d.rank, vocab)
+        fp = cfg.fingerprints
+        # The reduce-scatter tap reads (and a grad fault alters) each rank's gradient before FSDP2 reduces it.
+        self.tap = install_tap(self.model) if self.sharded and (
+            fp.enabled or (self.faults is not None and self.faults.plan.grad is not None)) else None
+        self.fingerprints = Fingerprints(fp, d.rank, d.world_size, d.device, self.tap, self.sharded) \
+            if fp.enabled else None
+        self.ranks = JsonLines(self.out / "ranks.jsonl", d.main and fp.enabled)
+        self.local_loss = float("nan")
         self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
                                            eps=cfg.eps)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", keep=cfg.keep_checkpoints)
@@ -185,6 +202,7 @@ class Trainer:
         self.guard.load_state_dict(extra["guard"])
         self.tokens_seen = int(extra.get("tokens_seen", 0))
         dropped = self.metrics.truncate_after(loaded.step)
+        self.ranks.truncate_after(loaded.step)
         self._event({"step": loaded.step, "action": "resume", "checkpoint": str(loaded.path),
                      "healthy": loaded.healthy, "metrics_rows_dropped": dropped, "world_size": self.d.world_size})
         return loaded.step
@@ -246,6 +264,9 @@ class Trainer:
             # draws its workers' base seed from the global RNG (once per run, and again after a rollback).
             micro = next(self.iterator)
             batch = self.loader.last_batch
+            if self.faults is not None:
+                first = self.loader.layout.first_position(batch, m) - batch * self.loader.global_batch_size
+                micro = self.faults.poison(step, batch, first, micro)
             if self.sharded:
                 self.model.set_requires_gradient_sync(m == self.accumulation - 1)
             positions = micro.get("position_ids")
@@ -256,7 +277,8 @@ class Trainer:
                                       position_ids=None if positions is None else positions.to(d.device))
                 (loss / self.accumulation).backward()
             loss_sum += loss.detach().float()
-        loss_value, = d.all_mean([float(loss_sum) / self.accumulation])
+        self.local_loss = float(loss_sum) / self.accumulation
+        loss_value, = d.all_mean([self.local_loss])
         return loss_value, batch
 
     @contextmanager
@@ -278,13 +300,32 @@ class Trainer:
         lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio) * self.guard.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        faults, fingerprints = self.faults, self.fingerprints
+        if faults is not None:
+            faults.before_step(step)  # the sleep fault
+            if self.tap is not None:  # a grad fault corrupts the reduce-scatter's input on this rank's step
+                self.tap.corrupt = (lambda grads: faults.corrupt(step, grads)) if faults.grad_due(step) else None
         t0 = time.perf_counter()
+        if fingerprints is not None:
+            fingerprints.begin_step()
         loss_value, batch = self.forward_backward(step)
+        if faults is not None and self.tap is None and faults.grad_due(step):
+            faults.corrupt(step, [p.grad for p in self.model.parameters() if p.grad is not None])
+        # This rank's shard norm, before clipping scales the gradients (one rank: the clipping's norm is the same).
+        shard = fingerprints.shard_norm(list(self.model.parameters())) \
+            if fingerprints is not None and self.sharded else None
         clip = cfg.grad_clip * self.guard.clip_scale
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         grad_norm = float(norm)
+        if fingerprints is not None:  # one all_gather; every rank sees every rank's values, before any update
+            local = fingerprints.local(step, self.local_loss, list(self.model.parameters()),
+                                       grad_norm if shard is None else shard)
+            rows, anomalies = fingerprints.gather(step, local)
+            self.ranks.write_many(rows)
+            if anomalies:
+                self._rank_anomaly(step, batch, anomalies)
         verdict = self.guard.check(step, loss_value, grad_norm) if cfg.guard.enabled else None
         if verdict is not None and verdict.spike:
             self.optimizer.zero_grad(set_to_none=True)
@@ -301,6 +342,8 @@ class Trainer:
                "tokens_per_s": round(tokens / seconds, 1), "tflops_per_device": round(tflops, 4),
                "mfu": round(tflops / self.peak, 4) if self.peak else None, "rollbacks": self.guard.rollbacks,
                **memory(d.device)}
+        if fingerprints is not None:
+            row["fingerprint_s"] = round(fingerprints.seconds, 6)
         return row, verdict
 
     # -- divergence ------------------------------------------------------------------------------------------------
@@ -318,6 +361,7 @@ class Trainer:
         self.checkpoints.discard_after(loaded.step)
         # The steps after the checkpoint (the spike's included) were undone: their rows say so.
         self.metrics.mark_after(loaded.step, "rolled_back")
+        self.ranks.mark_after(loaded.step, "rolled_back")
         # A checkpoint from before a data change that a resume accepted (every resume checks its checkpoint, so an
         # older one on other data means the change was accepted): the same position of the current data.
         state = loaded.extra["loader"]
@@ -334,6 +378,22 @@ class Trainer:
         # Saved again at once, so a crash from here on resumes with the skips and the lower learning rate.
         self.checkpoints.save(loaded.step, self._app_state(), healthy=True, extra=self._extra())
         return loaded.step
+
+    def _rank_anomaly(self, step: int, batch: int, anomalies: list[Anomaly]) -> None:
+        """Ranks flagged by their fingerprints at ``step``, before its update is applied; called on every rank with
+        the same anomalies (they come from one all_gather).
+
+        Today it records them: a ``rank_anomaly`` event per flagged rank in events.jsonl (rank, host, device, the
+        values and the others' spread) and a warning; the flagged rank also logs it on its own host. The replay
+        of issue 22 (re-run this step on the same ranks, then with the flagged rank's micro-batches moved, and
+        classify data / hardware / transient) goes here, where nothing of the step has been applied yet."""
+        for event in anomaly_event(step, anomalies):
+            self.events.write({"time": time.time(), **event, "batch": batch})
+            self.say.warn(f"step {step}: rank {event['rank']} on {event['host']} ({event['device']}) flagged: "
+                          f"{event['reason']}")
+            if event["rank"] == self.d.rank and not self.d.main:
+                log.warning("step %d: this rank (%d on %s) was flagged: %s", step, self.d.rank, event["host"],
+                            event["reason"])
 
     def upcoming_batches(self, offset: int, count: int) -> list[int]:
         """Global batch indices the loader serves ``offset`` .. ``offset + count - 1`` steps from its state."""

@@ -1,0 +1,335 @@
+"""Per-rank fingerprints: which rank, on which host, went wrong at which step (issue 22, item 1).
+
+Every step each rank measures, before the optimizer applies anything:
+
+- ``loss``: the mean loss of its own micro-batches (the trainer's loss is the mean of these over ranks);
+- ``grad_norm_local``: the L2 norm of the gradient its own micro-batches produced, *before* the reduction. With FSDP2
+  no rank ever holds its whole gradient after the backward: the reduce-scatter averages every rank's contribution
+  and leaves each rank a shard of the mean. So the local norm is read where the rank's own gradient still exists:
+  the flat buffer FSDP2 hands to the reduce-scatter (``ReduceScatterTap``, one ``vector_norm`` per FSDP group on a
+  contiguous buffer, on the last micro-batch, where gradients are reduced). A device that computes a bad gradient
+  shows there, on its own rank, before the reduction mixes it into every shard. On one rank there is no reduction:
+  the local norm is the norm of the whole gradient.
+- ``grad_norm_shard``: the L2 norm of the shard of the *reduced* gradient that the rank holds (its local tensors, so
+  the sum over ranks of the squares is the squared global norm the clipping uses). FSDP2 shards every parameter by
+  rows, so each rank holds a similar slice of every layer and the shard norms are comparable across ranks. A
+  gradient that goes bad before the reduction raises every rank's shard alike (the reduction spreads it); a rank
+  whose shard stands out went bad after it (its reduction output, its memory), or the step's gradient sits in the
+  rows it holds (a batch of one token repeated puts it in that token's embedding row).
+- ``param_checksum`` every ``every`` steps: an integer sum of the bit patterns of the rank's parameter shard (the
+  parameters this step's forward used), modulo 2**52. Any single bit flip changes it; integer sums do not depend on
+  the summation order, so a rerun of the same steps, or a replay of the step, gives the same value bit for bit.
+
+The values go to every rank in one ``all_gather`` of a small float64 tensor per step (every rank then reaches the
+same verdict, which the replay of next session needs) and rank 0 appends them to ``ranks.jsonl``, one row per rank
+per step. ``find_anomalies`` flags a rank at once when a value is non-finite or far outside the others' spread; the
+trainer records it (``Trainer._rank_anomaly``, where the replay and its classification will go).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from pydantic import Field
+
+from tokenmill.pipeline.config_base import StrictModel
+
+#: The per-step values checked for anomalies, in the order of the gathered tensor (the checksum follows).
+METRICS = ("loss", "grad_norm_local", "grad_norm_shard")
+CHECKSUM_MOD = 2**52  # exact in a float64, so it travels in the same gathered tensor
+
+
+class FingerprintConfig(StrictModel):
+    """The ``fingerprints:`` block of a train config: per-rank values every step, and when a rank is flagged."""
+
+    enabled: bool = True
+    """Measure, gather and check every step, and write ranks.jsonl. The values never change what is trained."""
+    every: int = Field(default=100, ge=1)
+    """Steps between parameter checksums (the other values are taken every step)."""
+    threshold: float = Field(default=6.0, gt=0)
+    """A rank is flagged when its value is more than this many spreads from the others' median (in log space:
+    losses and norms are scales). With the floor below, at least (1 + min_rel_spread) ** threshold times apart."""
+    min_rel_spread: float = Field(default=0.25, gt=0)
+    """Floor of the spread, as a relative difference (log1p of it): ranks see different samples, so their values
+    differ by some tens of percent in a healthy run, and a run whose ranks agree closely must not flag noise."""
+    history: int = Field(default=16, ge=3)
+    """With two ranks there is no spread of the others (one value, and the rule is symmetric: each is as far from
+    the other). When the two disagree by more than the threshold, the one named is the one further from its own
+    last ``history`` unflagged values: the rank that moved, not its healthy peer. Both are named while either has
+    fewer than three such values (the first steps of a run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One value of one rank at one step that is non-finite or far outside the others' spread."""
+
+    step: int
+    rank: int
+    host: str
+    device: str
+    metric: str
+    rule: str
+    """``non_finite``, or ``outlier`` (more than ``threshold`` spreads from the others' median)."""
+    value: float
+    reference: float | None
+    """The others' median (the other rank's value with two ranks)."""
+    score: float | None
+    """Distance from the reference in spreads (log space)."""
+    values: tuple[float, ...]
+    """Every rank's value of this metric at this step."""
+
+    def describe(self) -> str:
+        if self.rule == "non_finite":
+            return f"{self.metric} {self.value} is not finite"
+        return f"{self.metric} {self.value:.4g} vs the others' {self.reference:.4g} ({self.score:.1f} spreads)"
+
+
+class Detector:
+    """Flags ranks from the gathered values; the same on every rank (it sees the same values in the same order)."""
+
+    def __init__(self, cfg: FingerprintConfig, world_size: int, skip: tuple[str, ...] = ()):
+        self.cfg, self.skip = cfg, skip
+        self.history = [[deque(maxlen=cfg.history) for _ in METRICS] for _ in range(world_size)]
+
+    def check(self, values: np.ndarray) -> list[tuple[int, str, str, float, float | None, float | None]]:
+        """``values``: (world, len(METRICS)). Returns (rank, metric, rule, value, reference, score) per flag, and
+        adds every finite unflagged value to its rank's history."""
+        cfg = self.cfg
+        floor = math.log1p(cfg.min_rel_spread)
+        flags = []
+        for j, metric in enumerate(METRICS):
+            if metric in self.skip:
+                continue
+            x = values[:, j]
+            finite = np.isfinite(x)
+            flagged = set()
+            for r in np.nonzero(~finite)[0].tolist():
+                flags.append((r, metric, "non_finite", float(x[r]), None, None))
+                flagged.add(r)
+            ok = np.nonzero(finite)[0]
+            y = np.log(np.maximum(x, 1e-30))
+            if len(ok) == 2:
+                # Two ranks: the other one is no spread. They disagree or not; which one moved is told by each
+                # one's departure from its own recent values (both are named while there is no history yet).
+                a, b = ok.tolist()
+                score = abs(y[a] - y[b]) / floor
+                if score > cfg.threshold:
+                    moved = [self._departure(r, j, y[r], floor) for r in (a, b)]
+                    named = (a, b) if None in moved else ((a,) if moved[0] >= moved[1] else (b,))
+                    for r in named:
+                        other = b if r == a else a
+                        flags.append((r, metric, "outlier", float(x[r]), float(x[other]), round(score, 2)))
+                        flagged.add(r)
+            elif len(ok) >= 3:
+                for r in ok.tolist():
+                    others = y[ok[ok != r]]
+                    m = float(np.median(others))
+                    spread = max(1.4826 * float(np.median(np.abs(others - m))), floor)
+                    score = abs(y[r] - m) / spread
+                    if score > cfg.threshold:
+                        flags.append((r, metric, "outlier", float(x[r]), math.exp(m), round(score, 2)))
+                        flagged.add(r)
+            for r in ok.tolist():
+                if r not in flagged:
+                    self.history[r][j].append(float(y[r]))
+        return flags
+
+    def _departure(self, rank: int, j: int, y: float, floor: float) -> float | None:
+        """How far ``rank``'s value is from its own recent unflagged values, in their spreads; None with fewer
+        than three of them."""
+        h = np.asarray(self.history[rank][j])
+        if len(h) < 3:
+            return None
+        m = float(np.median(h))
+        return abs(y - m) / max(1.4826 * float(np.median(np.abs(h - m))), floor)
+
+
+_CHUNK = 2**20  # words per float64 partial sum: |sum| < 2**31 * 2**20 = 2**51, an exact integer in a float64
+
+
+def param_checksum(params: list[torch.Tensor]) -> int:
+    """An integer sum of the parameters' bit patterns (as int16/int32/int64 words), modulo 2**52: exact, and the same
+    whatever the summation order or device.
+
+    Summed in float64 by chunks of 2**20 words: every partial sum is then an integer below 2**53, so each addition is
+    exact in any order, and a float sum is vectorised where an int64 one is not (about 2.5x faster on CPU)."""
+    total = 0
+    words = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+    for p in params:
+        t = p.detach()
+        t = t.to_local() if hasattr(t, "to_local") else t
+        if t.numel() == 0:
+            continue
+        w = t.reshape(-1).view(words[t.element_size()])
+        if w.dtype == torch.int64:  # 8-byte words do not fit a float64 exactly
+            total += int(w.sum())
+            continue
+        sums = torch.stack([c.sum(dtype=torch.float64) for c in w.split(_CHUNK)])
+        total += int(sums.to(torch.int64).sum())
+    return total % CHECKSUM_MOD
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _norm(tensors: list[torch.Tensor]) -> float:
+    if not tensors:
+        return 0.0
+    norms = torch._foreach_norm(tensors)
+    return float(torch.linalg.vector_norm(torch.stack([n.to(torch.float64) for n in norms])))
+
+
+try:  # FSDP2's default reduce-scatter: a public hook (``set_custom_reduce_scatter``) over a private class
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter as _BaseReduceScatter
+except ImportError:  # pragma: no cover - another torch: no local (pre-reduction) norm on several ranks
+    _BaseReduceScatter = None
+
+
+class ReduceScatterTap(_BaseReduceScatter or object):  # type: ignore[misc]
+    """FSDP2's reduce-scatter, with a look at its input first: the gradient this rank's micro-batches produced,
+    flattened, before any other rank's is added. ``corrupt`` (fault injection) may alter it; ``measure`` adds its
+    squared norm to ``squared`` (a tensor on the device, read once per step, so no extra synchronisation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.measure = False
+        self.corrupt: Callable[[list[torch.Tensor]], None] | None = None
+        self.squared: torch.Tensor | None = None
+        self.seconds = 0.0
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        if self.corrupt is not None:
+            self.corrupt([input_tensor])
+        if self.measure:
+            t0 = time.perf_counter()
+            sq = torch.linalg.vector_norm(input_tensor, dtype=torch.float32).to(torch.float64).square()
+            self.squared = sq if self.squared is None else self.squared + sq
+            self.seconds += time.perf_counter() - t0
+        return super().__call__(output_tensor=output_tensor, input_tensor=input_tensor, group=group, op=op,
+                                async_op=async_op)
+
+    def take(self) -> float:
+        """The squared local norm gathered since the last call (0 when no reduce-scatter ran), and reset."""
+        value = 0.0 if self.squared is None else float(self.squared)
+        self.squared = None
+        return value
+
+
+def install_tap(model: torch.nn.Module) -> ReduceScatterTap | None:
+    """One tap as the reduce-scatter of every FSDP2 module of ``model``; None where this torch has no such hook."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if _BaseReduceScatter is None:
+        return None
+    tap = ReduceScatterTap()
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_custom_reduce_scatter(tap)
+    return tap
+
+
+class Fingerprints:
+    """One rank's fingerprints: measure after the backward, gather, flag. Built on every rank (it gathers the
+    hosts and devices once, a collective)."""
+
+    def __init__(self, cfg: FingerprintConfig, rank: int, world_size: int, device: torch.device,
+                 tap: ReduceScatterTap | None, sharded: bool):
+        self.cfg, self.rank, self.world_size, self.device = cfg, rank, world_size, device
+        self.tap, self.sharded = tap, sharded
+        name = str(device)
+        if device.type == "cuda":
+            name += f" ({torch.cuda.get_device_name(device)})"
+        me = (socket.gethostname(), name)
+        if world_size > 1:
+            everyone: list[Any] = [None] * world_size
+            dist.all_gather_object(everyone, me)
+        else:
+            everyone = [me]
+        self.hosts = [h for h, _ in everyone]
+        self.devices = [dv for _, dv in everyone]
+        # A torch without FSDP2's reduce-scatter hook: no local norm on several ranks (NaN), and not checked.
+        self.detector = Detector(cfg, world_size, ("grad_norm_local",) if sharded and tap is None else ())
+        self.seconds = 0.0
+
+    def begin_step(self) -> None:
+        if self.tap is not None:
+            self.tap.measure = True
+            self.tap.seconds = 0.0
+        self.seconds = 0.0
+
+    def shard_norm(self, params: list[torch.nn.Parameter]) -> float:
+        """The norm of this rank's shard of the reduced gradient; before clipping scales it. Several ranks only: on
+        one rank it is the norm that clipping computes anyway (``local``'s ``shard``)."""
+        t0 = time.perf_counter()
+        value = _norm([_local(p.grad) for p in params if p.grad is not None])
+        self.seconds += time.perf_counter() - t0
+        return value
+
+    def local(self, step: int, loss: float, params: list[torch.nn.Parameter], shard: float) -> list[float]:
+        """This rank's values: loss, local and shard norms (``shard``: ``shard_norm``, or on one rank the clipping's
+        total norm, the same value at no cost), and the checksum or NaN."""
+        t0 = time.perf_counter()
+        if self.sharded:
+            local = math.sqrt(self.tap.take()) if self.tap is not None else math.nan
+            if self.tap is not None:
+                self.tap.measure = False
+                self.seconds += self.tap.seconds
+        else:
+            local = shard  # one rank: no reduction, its gradient is the whole gradient
+        checksum = float(param_checksum(params)) if step % self.cfg.every == 0 else math.nan
+        self.seconds += time.perf_counter() - t0
+        return [loss, local, shard, checksum]
+
+    def gather(self, step: int, values: list[float]) -> tuple[list[dict[str, Any]], list[Anomaly]]:
+        """Every rank's values (one all_gather), their ranks.jsonl rows, and the anomalies found."""
+        t0 = time.perf_counter()
+        mine = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.world_size > 1:
+            parts = [torch.empty_like(mine) for _ in range(self.world_size)]
+            dist.all_gather(parts, mine)
+            table = torch.stack(parts).cpu().numpy()
+        else:
+            table = mine.cpu().numpy()[None, :]
+        found = self.detector.check(table[:, :len(METRICS)])
+        anomalies = [Anomaly(step, r, self.hosts[r], self.devices[r], metric, rule, value, ref, score,
+                             tuple(float(v) for v in table[:, METRICS.index(metric)]))
+                     for r, metric, rule, value, ref, score in found]
+        flagged: dict[int, list[str]] = {}
+        for a in anomalies:
+            flagged.setdefault(a.rank, []).append(a.metric)
+        rows = []
+        for r in range(self.world_size):
+            row: dict[str, Any] = {"step": step, "rank": r, "host": self.hosts[r], "device": self.devices[r]}
+            row.update({m: float(table[r, j]) for j, m in enumerate(METRICS)})
+            checksum = table[r, len(METRICS)]
+            row["param_checksum"] = None if math.isnan(checksum) else int(checksum)
+            if r in flagged:
+                row["flagged"] = flagged[r]
+            rows.append(row)
+        self.seconds += time.perf_counter() - t0
+        return rows, anomalies
+
+
+def anomaly_event(step: int, anomalies: list[Anomaly]) -> list[dict[str, Any]]:
+    """events.jsonl records: one ``rank_anomaly`` per flagged rank, with every flagged value and all ranks' values."""
+    by_rank: dict[int, list[Anomaly]] = {}
+    for a in anomalies:
+        by_rank.setdefault(a.rank, []).append(a)
+    events = []
+    for rank, found in sorted(by_rank.items()):
+        events.append({"step": step, "action": "rank_anomaly", "rank": rank, "host": found[0].host,
+                       "device": found[0].device,
+                       "metrics": {a.metric: {k: v for k, v in asdict(a).items()
+                                              if k in ("rule", "value", "reference", "score", "values")}
+                                   for a in found},
+                       "reason": "; ".join(a.describe() for a in found)})
+    return events

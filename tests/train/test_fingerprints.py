@@ -1,0 +1,170 @@
+"""Per-rank fingerprints: ranks.jsonl on two gloo ranks, a corrupted gradient and a poisoned batch flag the right
+rank at the right step, fingerprints never change the losses, and the detector's rules on their own."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tokenmill.errors import ConfigError
+from tokenmill.train.config import parse_train_config
+from tokenmill.train.faults import ENV
+from tokenmill.train.fingerprints import METRICS, Detector, FingerprintConfig, param_checksum
+from tests.train.runs import config, env, losses, write_config, write_tokens
+
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    return write_tokens(tmp_path_factory.mktemp("fp-tokens"))
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _two_ranks(tmp_path: Path, name: str, cfg: dict, faults: dict | None = None):
+    """``tokenmill train --nproc 2`` of ``cfg`` (dropout 0.1, the default), with a fault plan if given."""
+    extra = {}
+    if faults is not None:
+        plan = tmp_path / f"{name}-faults.json"
+        plan.write_text(json.dumps(faults))
+        extra[ENV] = str(plan)
+    path = write_config(tmp_path / f"{name}.yaml", cfg)
+    done = subprocess.run([sys.executable, "-m", "tokenmill.cli", "train", str(path), "--nproc", "2"],
+                          capture_output=True, text=True, timeout=240, env=env(**extra))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_two_ranks_write_a_row_per_rank_per_step_and_do_not_change_the_losses(tokens, tmp_path):
+    on, off = tmp_path / "on", tmp_path / "off"
+    base = config(tokens, on, steps=STEPS, checkpoint_every=4, eval_every=0)
+    assert parse_train_config(base).dropout > 0  # dropout on: masks drawn per rank, and still identical
+    _two_ranks(tmp_path, "on", {**base, "fingerprints": {"every": 3}})
+    _two_ranks(tmp_path, "off", {**base, "output": str(off), "fingerprints": {"enabled": False}})
+    # Fingerprints only read: the losses are the same floats, step for step.
+    assert losses(on) == losses(off) and sorted(losses(on)) == list(range(1, STEPS + 1))
+    assert not (off / "ranks.jsonl").exists()
+    rows = _rows(on / "ranks.jsonl")
+    assert [(r["step"], r["rank"]) for r in rows] == [(s, k) for s in range(1, STEPS + 1) for k in (0, 1)]
+    for r in rows:
+        assert r["host"] and r["device"] == "cpu"
+        assert all(math.isfinite(r[m]) and r[m] > 0 for m in METRICS), r
+        assert (r["param_checksum"] is not None) == (r["step"] % 3 == 0), r
+        assert "flagged" not in r
+    # The trainer's loss is the mean of the ranks' local losses; the shard norms make up the global norm.
+    metrics = {r["step"]: r for r in (json.loads(x) for x in (on / "metrics.jsonl").read_text().splitlines())}
+    for step in range(1, STEPS + 1):
+        pair = [r for r in rows if r["step"] == step]
+        assert metrics[step]["loss"] == pytest.approx((pair[0]["loss"] + pair[1]["loss"]) / 2, rel=1e-6)
+        assert metrics[step]["grad_norm"] == pytest.approx(math.hypot(*(r["grad_norm_shard"] for r in pair)),
+                                                           rel=1e-4)
+        assert metrics[step]["fingerprint_s"] >= 0
+    # Each rank holds another shard: their checksums differ; a healthy run flags nothing.
+    checks = [r["param_checksum"] for r in rows if r["step"] == 3]
+    assert checks[0] != checks[1]
+    events = _rows(on / "events.jsonl") if (on / "events.jsonl").exists() else []
+    assert not [e for e in events if e["action"] == "rank_anomaly"]
+
+
+def test_a_corrupted_gradient_and_a_poisoned_batch_flag_their_rank_at_their_step(tokens, tmp_path):
+    out = tmp_path / "run"
+    # Poison first (step 7: global batch 6, whose samples 0-5 are rank 0's micro-batch; token 255 repeated, an id
+    # the data never holds, as a 0xFF-filled block would read), then rank 1's gradient multiplied by 1e6 once, at
+    # step 9. The default thresholds: the poisoned rank's local norm is ~7x its peer's (8.9 spreads), healthy
+    # ranks differ by under 1.5x here (under 2 spreads).
+    faults = {"grad": {"rank": 1, "step": 9, "mode": "once", "kind": "scale", "factor": 1e6},
+              "poison": {"batch": 6, "samples": [0, 5], "tokens": 255}, "log": str(tmp_path / "injected.jsonl")}
+    cfg = config(tokens, out, steps=10, checkpoint_every=100, eval_every=0, fingerprints={"every": 5})
+    done = _two_ranks(tmp_path, "faulty", cfg, faults)
+    injected = _rows(tmp_path / "injected.jsonl")
+    assert {(e["fault"], e["rank"], e["step"]) for e in injected} == {("poison", 0, 7), ("grad", 1, 9)}
+    flags = [e for e in _rows(out / "events.jsonl") if e["action"] == "rank_anomaly"]
+    assert [(e["step"], e["rank"]) for e in flags] == [(7, 0), (9, 1)], flags
+    poisoned, corrupted = flags
+    assert poisoned["batch"] == 6 and "grad_norm_local" in poisoned["metrics"]
+    # Rank 1's own gradient, before the reduction, is the outlier; the reduction spread it into both shards.
+    assert set(corrupted["metrics"]) == {"grad_norm_local"}
+    local = corrupted["metrics"]["grad_norm_local"]
+    assert local["values"][1] > 1e4 * local["values"][0] and local["rule"] == "outlier"
+    assert corrupted["host"] == socket.gethostname() and corrupted["device"] == "cpu"
+    rows = {(r["step"], r["rank"]): r for r in _rows(out / "ranks.jsonl")}
+    assert rows[(9, 0)]["grad_norm_shard"] > 1e3 and rows[(9, 1)]["grad_norm_shard"] > 1e3
+    assert rows[(7, 0)]["loss"] > rows[(7, 1)]["loss"]  # the poison shows on the rank that got it
+    assert {k for k, r in rows.items() if "flagged" in r} == {(7, 0), (9, 1)}
+    # Said once, naming the rank and its host.
+    assert f"step 9: rank 1 on {socket.gethostname()} (cpu) flagged" in done.stderr
+
+
+def test_the_fingerprints_block_is_checked_at_load(tokens, tmp_path):
+    with pytest.raises(ConfigError, match=r"fingerprints\.every"):
+        parse_train_config(config(tokens, tmp_path / "run", fingerprints={"every": 0}))
+    with pytest.raises(ConfigError, match=r"fingerprints\.treshold"):
+        parse_train_config(config(tokens, tmp_path / "run", fingerprints={"treshold": 3}))
+    assert parse_train_config(config(tokens, tmp_path / "run")).fingerprints.enabled
+
+
+def test_a_changed_fingerprints_block_resumes(tokens, tmp_path):
+    """Fingerprints do not change what is trained: a run may turn them on, off or retune them on resume."""
+    from tokenmill.train.trainer import Trainer
+
+    out = tmp_path / "run"
+    Trainer(parse_train_config(config(tokens, out, steps=3, checkpoint_every=3, eval_every=0,
+                                      fingerprints={"enabled": False}))).run()
+    summary = Trainer(parse_train_config(config(tokens, out, steps=5, eval_every=0,
+                                                fingerprints={"every": 2}))).run()
+    assert summary["steps"] == 5
+    rows = _rows(out / "ranks.jsonl")
+    assert [(r["step"], r["rank"], r["param_checksum"] is not None) for r in rows] == [(4, 0, True), (5, 0, False)]
+
+
+def _detector(world: int, **cfg) -> Detector:
+    return Detector(FingerprintConfig(**cfg), world)
+
+
+def _table(*rows) -> np.ndarray:
+    return np.array(rows, dtype=np.float64)
+
+
+def test_one_rank_far_from_the_others_median_is_flagged_and_healthy_spread_is_not():
+    d = _detector(4)
+    assert d.check(_table([2.0, 1.0, 0.5], [2.1, 1.3, 0.6], [1.9, 0.8, 0.4], [2.05, 1.1, 0.55])) == []
+    flags = d.check(_table([2.0, 1.0, 0.5], [2.1, 900.0, 0.6], [1.9, 0.8, 0.4], [2.05, 1.1, 0.55]))
+    assert [(r, m, rule) for r, m, rule, *_ in flags] == [(1, "grad_norm_local", "outlier")]
+    flags = d.check(_table([2.0, 1.0, 0.5], [2.1, 1.0, 0.6], [float("nan"), 0.8, 0.4], [2.05, float("inf"), 0.5]))
+    assert sorted((r, m, rule) for r, m, rule, *_ in flags) == [(2, "loss", "non_finite"),
+                                                                 (3, "grad_norm_local", "non_finite")]
+
+
+def test_with_two_ranks_the_one_that_moved_is_named():
+    """Two ranks give no spread: each is compared with its peer and with its own history; only the one that left
+    its own history is flagged. Without history yet (the first steps), both are named."""
+    d = _detector(2)
+    for _ in range(5):
+        assert d.check(_table([2.0, 1.0, 0.5], [2.2, 1.2, 0.6])) == []
+    flags = d.check(_table([2.0, 1.0, 0.5], [2.2, 5e5, 0.6]))
+    assert [(r, m) for r, m, *_ in flags] == [(1, "grad_norm_local")]
+    flags = d.check(_table([2.0, 80.0, 0.5], [2.2, 1.2, 0.6]))
+    assert [(r, m) for r, m, *_ in flags] == [(0, "grad_norm_local")]
+    fresh = _detector(2)
+    assert sorted(r for r, *_ in fresh.check(_table([2.0, 1.0, 0.5], [2.2, 5e5, 0.6]))) == [0, 1]
+
+
+def test_the_parameter_checksum_sees_one_bit_and_not_the_order():
+    g = torch.Generator().manual_seed(0)
+    params = [torch.randn(33, 7, generator=g), torch.randn(5, generator=g), torch.randn(2, 3).bfloat16()]
+    base = param_checksum(params)
+    assert base == param_checksum(list(reversed(params))) and 0 <= base < 2**52
+    flipped = [p.clone() for p in params]
+    flipped[0].view(torch.int32)[3, 4] ^= 1 << 20
+    assert param_checksum(flipped) != base
