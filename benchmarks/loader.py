@@ -23,43 +23,46 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from tokenmill.tokenize.indexed import build_index  # noqa: E402
+from tokenmill.tokenize import tokens_json  # noqa: E402
+from tokenmill.tokenize.indexed import IndexedWriter  # noqa: E402
 
 SOURCES = {"web": 0.6, "books": 0.3, "code": 0.1}
 FILE_TOKENS = 20_000_000
 
 
-def write_dataset(root: Path, total_tokens: int, seed: int = 0) -> Path:
-    """Random tokens in the tokenize stage's layout: per source, files of <= 20M tokens, documents of ~1,000."""
-    path = root / "tokens.json"
+def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int = FILE_TOKENS) -> Path:
+    """Random uint16 tokens in the tokenize stage's layout, written by its own writer: per source, files of
+    ``file_tokens`` (20M by default), documents of ~1,000 tokens each ending with the end-of-text id 0, both files'
+    sha256 in tokens.json. Reused when present. benchmarks/streaming.py reads the same kind of data."""
+    path = root / tokens_json.FILE
     if path.exists():
         return path
     rng = np.random.default_rng(seed)
     (root / "train").mkdir(parents=True, exist_ok=True)
-    files = []
+    entries = []
     for source, share in SOURCES.items():
         left, part = int(total_tokens * share), 0
         while left > 0:
-            n = min(left, FILE_TOKENS)
+            n = min(left, file_tokens)
             lengths = np.maximum(2, rng.lognormal(6.5, 1.0, size=n // 500 + 10).astype(np.int64))
             lengths = lengths[np.cumsum(lengths) <= n]
-            lengths = np.append(lengths, n - lengths.sum()) if n - lengths.sum() > 0 else lengths
+            if n - lengths.sum() > 0:
+                lengths = np.append(lengths, n - lengths.sum())
             tokens = rng.integers(1, 50000, size=n, dtype=np.uint16)
-            tokens[np.cumsum(lengths) - 1] = 0  # each document ends with the end-of-text id
+            tokens[np.cumsum(lengths) - 1] = 0
+            writer = IndexedWriter(np.dtype(np.uint16))
+            writer.add_documents(tokens, lengths)
             prefix = f"train/{source}.{part:04d}"
-            (root / f"{prefix}.bin").write_bytes(tokens.tobytes())
-            (root / f"{prefix}.idx").write_bytes(build_index(np.dtype(np.uint16), lengths))
-            files.append({"prefix": prefix, "documents": int(len(lengths)), "tokens": n,
-                          "by_source": {source: {"documents": int(len(lengths)), "tokens": n}},
-                          "sha256": {".bin": hashlib.sha256(tokens.tobytes()).hexdigest()}})
+            bin_path, idx_path = writer.write(root / prefix)
+            entries.append({"prefix": prefix, "documents": int(len(lengths)), "tokens": n,
+                            "by_source": {source: {"documents": int(len(lengths)), "tokens": n}},
+                            "sha256": {ext: hashlib.sha256(p.read_bytes()).hexdigest()
+                                       for ext, p in ((".bin", bin_path), (".idx", idx_path))}})
             left -= n
             part += 1
-    files.sort(key=lambda f: f["prefix"])
-    index = {"format": "megatron-mmidx", "version": 1, "dtype": "uint16",
-             "tokenizer": {"file": "tokenizer.json", "sha256": "random", "vocab_size": 50257, "eos_id": 0},
-             "splits": {"train": {"documents": sum(f["documents"] for f in files),
-                                  "tokens": sum(f["tokens"] for f in files), "files": files}}}
-    path.write_text(json.dumps(index))
+    index = tokens_json.build({"file": "tokenizer.json", "sha256": "random", "vocab_size": 50257, "eos_id": 0},
+                              "uint16", {"train": entries})
+    path.write_bytes(tokens_json.dumps(index))
     return path
 
 

@@ -50,14 +50,13 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/s3server.py: the same moto server the tests start
 
+from loader import write_dataset  # noqa: E402 - benchmarks/loader.py, beside this script
 from tests.s3server import S3Server  # noqa: E402
 from tokenmill.tokenize import tokens_json  # noqa: E402
-from tokenmill.tokenize.indexed import IndexedWriter  # noqa: E402
 
 SOURCES = {"web": 0.6, "books": 0.3, "code": 0.1}
 BUCKET = "bench"
@@ -69,41 +68,6 @@ WORKERS = 2
 # ------------------------------------------------------------------------------------------------------------------
 # Data
 # ------------------------------------------------------------------------------------------------------------------
-
-
-def write_tokens(root: Path, total_tokens: int, file_tokens: int, seed: int = 0) -> Path:
-    """Random uint16 tokens in the tokenize stage's layout, written by its own writer: per source, files of
-    ``file_tokens``, documents of ~1,000 tokens each ending with the end-of-text id 0. Reused when present."""
-    path = root / tokens_json.FILE
-    if path.exists():
-        return path
-    rng = np.random.default_rng(seed)
-    (root / "train").mkdir(parents=True, exist_ok=True)
-    entries = []
-    for source, share in SOURCES.items():
-        left, part = int(total_tokens * share), 0
-        while left > 0:
-            n = min(left, file_tokens)
-            lengths = np.maximum(2, rng.lognormal(6.5, 1.0, size=n // 500 + 10).astype(np.int64))
-            lengths = lengths[np.cumsum(lengths) <= n]
-            if n - lengths.sum() > 0:
-                lengths = np.append(lengths, n - lengths.sum())
-            tokens = rng.integers(1, 50000, size=n, dtype=np.uint16)
-            tokens[np.cumsum(lengths) - 1] = 0
-            writer = IndexedWriter(np.dtype(np.uint16))
-            writer.add_documents(tokens, lengths)
-            prefix = f"train/{source}.{part:04d}"
-            bin_path, idx_path = writer.write(root / prefix)
-            entries.append({"prefix": prefix, "documents": int(len(lengths)), "tokens": n,
-                            "by_source": {source: {"documents": int(len(lengths)), "tokens": n}},
-                            "sha256": {ext: hashlib.sha256(p.read_bytes()).hexdigest()
-                                       for ext, p in ((".bin", bin_path), (".idx", idx_path))}})
-            left -= n
-            part += 1
-    index = tokens_json.build({"file": "tokenizer.json", "sha256": "random", "vocab_size": 50257, "eos_id": 0},
-                              "uint16", {"train": entries})
-    path.write_bytes(tokens_json.dumps(index))
-    return path
 
 
 def streams_of(index_path: Path) -> list[list[str]]:
@@ -435,7 +399,7 @@ def main() -> int:
 
     base = Path(args.dir).resolve() / "streaming"
     data = base / f"tokens-{args.tokens}-{args.file_tokens}"
-    index = write_tokens(data / "tokenmill", args.tokens, args.file_tokens)
+    index = write_dataset(data / "tokenmill", args.tokens, file_tokens=args.file_tokens)
     streams = streams_of(index)
     bins = [b for s in streams for b in s]
     data_bytes = sum(os.path.getsize(b) for b in bins)

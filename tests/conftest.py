@@ -20,22 +20,14 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _verified_cache(tmp_path_factory):
-    """Verified-file markers (tokenmill.loader.verify) go to a folder of the test session, never to ~/.cache."""
+def _node_caches(tmp_path_factory):
+    """The loader's node caches go to folders of the test session, never to ~/.cache: verified-file markers
+    (tokenmill.loader.verify) and the streaming loader's token files (tokenmill.loader)."""
+    from tokenmill.loader.loader import TOKEN_CACHE_ENV
     from tokenmill.loader.verify import VERIFIED_CACHE_ENV
 
     mp = pytest.MonkeyPatch()
     mp.setenv(VERIFIED_CACHE_ENV, str(tmp_path_factory.mktemp("verified")))
-    yield
-    mp.undo()
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _token_cache(tmp_path_factory):
-    """The streaming loader's default cache folder (tokenmill.loader) goes to the test session's, never ~/.cache."""
-    from tokenmill.loader.loader import TOKEN_CACHE_ENV
-
-    mp = pytest.MonkeyPatch()
     mp.setenv(TOKEN_CACHE_ENV, str(tmp_path_factory.mktemp("token-cache")))
     yield
     mp.undo()
