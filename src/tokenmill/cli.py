@@ -173,8 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("run", help="the run folder (the config's `output`)")
     check.set_defaults(func=cmd_tokens_verify)
 
-    trainer = sub.add_parser("train", help="train an OPT-style decoder on token files (torchrun for several ranks)")
-    trainer.add_argument("config", help="train config (YAML)")
+    trainer = sub.add_parser("train", help="train an OPT-style decoder on token files (torchrun for several "
+                             "ranks); `train doctor RUN`: a run's history of faults")
+    trainer.add_argument("config", help="train config (YAML); or `doctor RUN`: the history of a run's faults")
+    trainer.add_argument("run", nargs="?", help="with `doctor`: the train run's output folder")
+    trainer.add_argument("--json", action="store_true", help="with `doctor`: print JSON only")
     trainer.add_argument("--skip-batches", help="never train on these global batches, e.g. 1200-1210,1300")
     trainer.add_argument("--steps", type=int, help="override the config's total steps")
     trainer.add_argument("--allow-data-change", action="store_true", help="resume although the data changed since the "

@@ -60,6 +60,12 @@ class RichTrainReporter:
 def train(args: argparse.Namespace) -> int:
     """`tokenmill train CONFIG`: train (or resume) an OPT-style decoder on token files; `--nproc N` or torchrun for
     several ranks."""
+    if args.config == "doctor":
+        return doctor(args)
+    if getattr(args, "run", None) is not None:
+        raise TokenmillError(f"tokenmill train: unexpected argument {args.run!r} (only `train doctor RUN` takes two)")
+    if getattr(args, "json", False):
+        raise TokenmillError("tokenmill train: --json is for `train doctor RUN`")
     from tokenmill.train.config import load_train_config
     from tokenmill.train.trainer import Trainer
 
@@ -120,4 +126,63 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_row("time", f"{summary['seconds']:.1f} s")
     for key in ("metrics", "events", "checkpoints"):
         table.add_row(key, summary[key])
+    return table
+
+
+def doctor(args: argparse.Namespace) -> int:
+    """`tokenmill train doctor RUN`: the run's history of faults (what, when, which rank or documents, what was
+    done), a one-line summary first; `--json` for the list as JSON."""
+    import json
+    from pathlib import Path
+
+    from tokenmill.train.doctor import diagnose
+
+    if not args.run:
+        raise TokenmillError("tokenmill train doctor RUN: name the run's output folder")
+    run = Path(args.run)
+    if not run.is_dir():
+        raise TokenmillError(f"tokenmill train doctor: {run}: no such folder")
+    found = diagnose(run)
+    if not (run / "events.jsonl").exists() and not (run / "metrics.jsonl").exists():
+        raise TokenmillError(f"tokenmill train doctor: {run}: neither events.jsonl nor metrics.jsonl (not a train "
+                             "run's output folder?)")
+    if getattr(args, "json", False):
+        print(json.dumps(found.to_json(), indent=1, default=str))
+        return 0
+    console = Console(width=max(Console().width, 120))
+    console.print(found.summary(), markup=False, highlight=False)
+    for name in found.missing:
+        console.print(f"note: no {name}" + (" (an older run: ranks' values not shown)" if name == "ranks.jsonl"
+                                           else ""), markup=False, highlight=False)
+    for name, bad in found.unreadable.items():
+        console.print(f"note: {name}: {bad} line(s) not JSON skipped (a killed run's truncated last line?)",
+                      markup=False, highlight=False)
+    if found.faults:
+        console.print(doctor_table(found.faults))
+    if found.notes:
+        console.print("other events: " + "; ".join(f"step {e.get('step')}: {e.get('action')}" for e in found.notes),
+                      markup=False, highlight=False)
+    return 0
+
+
+def doctor_table(faults) -> Table:
+    """One row per fault: step and time, kind, what, which ranks (host, device) or documents, what was done."""
+    import datetime
+
+    table = Table(title="faults", title_justify="left", show_lines=True)
+    for column in ("step", "kind", "what", "where", "done"):
+        table.add_column(column, overflow="fold")
+    for f in faults:
+        when = str(f.step) if f.time is None else f"{f.step}\n" + datetime.datetime.fromtimestamp(
+            f.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        what = f.what + "".join(f"\nrank {r['rank']}: {r.get('reason')}" for r in f.ranks if r.get("reason"))
+        where = [f"rank {r['rank']} on host {r.get('host')} ({r.get('device')})" for r in f.ranks]
+        if f.batch is not None:
+            where.append(f"batch {f.batch}")
+        docs = [d for d in f.documents if "id" in d]
+        if docs:
+            where.append("documents: " + ", ".join(f"{d.get('source')}/{d['id']}" for d in docs[:5])
+                         + (f" and {len(docs) - 5} more" if len(docs) > 5 else ""))
+        where += [d["error"] for d in f.documents if "error" in d]
+        table.add_row(when, f.kind, what, "\n".join(where), f.action)
     return table

@@ -1,0 +1,186 @@
+"""A train run's history of faults, read from its events.jsonl, ranks.jsonl and metrics.jsonl (`tokenmill train doctor`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The kinds of fault an entry has today; the replay of issue 22 adds "transient" and "hardware" (and confirms "data")
+# by writing a ``classification`` into its events: an event that names one gives its entry that kind, unread here.
+DATA, RANK, SPIKE = "data", "rank", "spike"
+FAULT_ACTIONS = ("rank_anomaly", "rollback")  # events.jsonl actions that are (part of) a fault
+NOTE_ACTIONS = ("resume", "skip", "data_change")  # events that are the run's history, not faults
+
+
+@dataclass
+class Fault:
+    """One incident: what happened at which step, on which ranks or in which documents, and what the trainer did."""
+
+    step: int
+    kind: str
+    what: str
+    action: str
+    time: float | None = None
+    batch: int | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # rank, host, device, reason, values (ranks.jsonl)
+    documents: list[dict[str, Any]] = field(default_factory=list)  # the skipped batches' documents (rollback)
+    resumed_from_step: int | None = None
+    skipped_batches: list[int] = field(default_factory=list)
+    lr_scale: float | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)  # the evidence: the events.jsonl records, as written
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Diagnosis:
+    """What the doctor found in a run folder: faults in the order they happened, the other events, what it skipped."""
+
+    run: str
+    steps: int
+    faults: list[Fault]
+    notes: list[dict[str, Any]]
+    missing: list[str]  # files absent (an older run has no ranks.jsonl)
+    unreadable: dict[str, int]  # lines that are not JSON per file (a killed run's truncated last line)
+
+    def summary(self) -> str:
+        """One line: "2 faults: 1 data (rolled back), 1 rank anomaly on rank 1 (host h)", or that there were none."""
+        if not self.faults:
+            return f"no faults in {self.steps} steps"
+        parts = []
+        for f in self.faults:
+            if f.kind == RANK:
+                who = ", ".join(f"rank {r['rank']} (host {r.get('host')})" for r in f.ranks)
+                parts.append(f"rank anomaly on {who} at step {f.step}" + (" (rolled back)" if f.resumed_from_step
+                                                                          is not None else ""))
+            else:
+                parts.append(f"{f.kind} at step {f.step} ({f.action.split(';')[0]})")
+        n = len(self.faults)
+        return f"{n} fault{'s' if n != 1 else ''} in {self.steps} steps: " + "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "steps": self.steps, "summary": self.summary(),
+                "faults": [f.to_json() for f in self.faults], "notes": self.notes, "missing": self.missing,
+                "unreadable_lines": self.unreadable}
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a JSON-lines file and how many lines were not JSON (a truncated last line); none if absent."""
+    if not path.exists():
+        return [], 0
+    rows, bad = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def diagnose(run: Path) -> Diagnosis:
+    """Read a train run's output folder and classify its faults."""
+    files = {name: read_jsonl(run / f"{name}.jsonl") for name in ("events", "ranks", "metrics")}
+    missing = [f"{name}.jsonl" for name in files if not (run / f"{name}.jsonl").exists()]
+    unreadable = {f"{name}.jsonl": bad for name, (_, bad) in files.items() if bad}
+    faults, notes = classify(files["events"][0], files["ranks"][0], files["metrics"][0])
+    steps = max((r["step"] for r in files["metrics"][0] if isinstance(r.get("step"), int) and not r.get("rolled_back")
+                 and "loss" in r), default=0)
+    return Diagnosis(str(run), steps, faults, notes, missing, unreadable)
+
+
+def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
+             metrics: list[dict[str, Any]]) -> tuple[list[Fault], list[dict[str, Any]]]:
+    """Records in, fault entries out (and the other events as notes). Rank anomalies at one step and the rollback
+    that follows them at that step are one fault; a rollback alone is a data fault (today the trainer rolls back
+    and skips the batches, as for bad data); a spike in metrics.jsonl with no rollback after it stopped the run. In the events' order (the file's, not the
+    clocks'), the stopping spikes last."""
+    flagged: dict[tuple[Any, Any], list[dict[str, Any]]] = {}  # a step retrained after a rollback has rows twice
+    for r in ranks:
+        if "flagged" in r:
+            flagged.setdefault((r.get("step"), r.get("rank")), []).append(r)
+    faults: list[Fault] = []
+    notes: list[dict[str, Any]] = []
+    rolled_back: dict[Any, int] = {}  # rollbacks per step (a step retrained after one can spike again)
+    for event in events:
+        action = event.get("action")
+        if action in NOTE_ACTIONS or action not in FAULT_ACTIONS and "classification" not in event:
+            notes.append(event)
+            continue
+        step = event.get("step")
+        last = faults[-1] if faults else None
+        same = last is not None and last.step == step and last.resumed_from_step is None and last.events[-1].get(
+            "action") in ("rank_anomaly",)
+        if action == "rank_anomaly":
+            entry = last if same else _new(faults, event, RANK, "rank anomaly", "flagged; run went on")
+            rank = {k: event.get(k) for k in ("rank", "host", "device", "reason")}
+            rows = flagged.get((step, event.get("rank")))
+            if rows:  # the k-th anomaly of a (step, rank) is its k-th flagged row
+                row = rows.pop(0)
+                rank["values"] = {k: row.get(k) for k in ("loss", "grad_norm_local", "grad_norm_shard")}
+            entry.ranks.append(rank)
+            if same:
+                entry.events.append(event)
+        elif action == "rollback":
+            entry = last if same else _new(faults, event, DATA, "", "")
+            if same:
+                entry.events.append(event)
+            rolled_back[step] = rolled_back.get(step, 0) + 1
+            entry.what = (f"{entry.what}; " if same else "") + f"{event.get('rule')}: {event.get('reason')}"
+            entry.resumed_from_step = event.get("resumed_from_step")
+            entry.skipped_batches = list(event.get("skipped_batches") or [])
+            entry.lr_scale = event.get("lr_scale")
+            entry.documents = list(event.get("documents") or [])
+            entry.batch = event.get("batch", entry.batch)
+            entry.action = (f"rolled back to step {entry.resumed_from_step}; LR x{entry.lr_scale}; "
+                            f"batches {_ranges(entry.skipped_batches)} skipped")
+        else:  # an event that classifies itself (the replay's): its own kind, what and decision
+            entry = _new(faults, event, str(event["classification"]), str(event.get("reason", action)),
+                         str(event.get("decision", action)))
+            if "rank" in event:
+                entry.ranks.append({k: event.get(k) for k in ("rank", "host", "device", "reason")})
+            entry.documents = list(event.get("documents") or [])
+        if "classification" in event:
+            entry.kind = str(event["classification"])
+    for i, f in enumerate(faults):  # a flag whose step a later rollback undid (the step was trained again)
+        undo = next((r for r in faults[i + 1:] if r.resumed_from_step is not None
+                     and r.resumed_from_step < f.step < r.step), None)
+        if f.resumed_from_step is None and undo is not None:
+            f.action += f" (step undone by the rollback at step {undo.step})"
+    for row in metrics:  # a spike the trainer did not roll back: the run stopped there (rollbacks exhausted)
+        if "spike" not in row:
+            continue
+        if rolled_back.get(row.get("step"), 0) > 0:
+            rolled_back[row.get("step")] -= 1
+        else:
+            faults.append(Fault(step=row.get("step", 0), kind=SPIKE, what=str(row["spike"]), batch=row.get("batch"),
+                                action="stopped: no rollback after it (rollbacks exhausted, or the run was killed)",
+                                events=[row]))
+    return faults, notes
+
+
+def _new(faults: list[Fault], event: dict[str, Any], kind: str, what: str, action: str) -> Fault:
+    entry = Fault(step=event.get("step", 0), kind=kind, what=what, action=action, time=event.get("time"),
+                  batch=event.get("batch"), events=[event])
+    faults.append(entry)
+    return entry
+
+
+def _ranges(batches: list[int]) -> str:
+    """[5, 6, 7, 9] -> "5-7, 9"."""
+    out: list[str] = []
+    for b in sorted(batches):
+        if out and int(out[-1].split("-")[-1]) == b - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{b}"
+        else:
+            out.append(str(b))
+    return ", ".join(out) or "none"
