@@ -276,5 +276,13 @@ class TokenCache:
         return used
 
     def disk_bytes(self) -> int:
-        """What the folder holds now (complete objects and downloads in progress)."""
-        return sum(e.stat().st_size for e in os.scandir(self.folder) if e.is_file(follow_symlinks=False))
+        """What the folder holds now (complete objects and downloads in progress). Read without the cache lock, so a
+        file another thread or rank evicts or renames between the listing and its stat is simply not counted."""
+        total = 0
+        for entry in os.scandir(self.folder):
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue
+        return total
