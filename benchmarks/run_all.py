@@ -77,7 +77,7 @@ BENCHMARKS: list[Benchmark] = [
     # Quick: tokenmill only (cold, warm, local) unless <dir>/streaming/streaming-venv exists; full builds that venv.
     Benchmark("streaming", "streaming.py", quick=("--tokens", "2000000", "--file-tokens", "100000", "--seq-len", "512",
                                                   "--batch", "2", "--cache-fraction", "0.5", "--samples", "1000",
-                                                  "--rounds", "1", "--no-venv-build")),
+                                                  "--rounds", "1", "--no-venv-build", "--workers", "0")),
     # --fingerprints: the trainer without them runs in the same rounds (issue 22: their overhead, side by side)
     Benchmark("train_throughput", "train_throughput.py", full=("--fingerprints",),
               quick=("--steps", "12", "--rounds", "1", "--batch", "4", "--micro", "2", "--seq-len", "64",

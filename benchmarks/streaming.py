@@ -387,6 +387,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--samples", type=int, default=0, help="samples each contender reads (0: 90%% of an epoch)")
     parser.add_argument("--cache-fraction", type=float, default=0.25, help="cache bound as a share of the token bytes")
+    # Quick runs use 0: with workers, a DataLoader worker forked while the parent's prefetch threads hold a cache
+    # file's flock can wait on it forever (issue 21, seen in CI; the loader's fix is pending).
+    parser.add_argument("--workers", type=int, default=WORKERS, help="DataLoader workers of every contender")
     parser.add_argument("--shuffle-block", type=int, default=None,
                         help="tokenmill's block shuffle: samples per block (default: a token file's samples; 0: the "
                              "global shuffle)")
@@ -415,7 +418,7 @@ def main() -> int:
     samples_per_file = args.file_tokens // (args.seq_len + 1)
     python, skipped = ensure_venv(base / "streaming-venv", build=not args.no_venv_build)
     result: dict = {"tokens": args.tokens, "files": len(bins), "data_bytes": data_bytes, "seq_len": args.seq_len,
-                    "batch": args.batch, "workers": WORKERS, "samples": samples, "epoch_samples": per_epoch,
+                    "batch": args.batch, "workers": args.workers, "samples": samples, "epoch_samples": per_epoch,
                     "cache_bytes": cache_bytes, "cpus": os.cpu_count(),
                     "warm": "a second process on the cache folder a first pass over the same samples filled, with a "
                             "cache bound that holds every file",
@@ -426,7 +429,7 @@ def main() -> int:
         result["skipped_contenders"] = {"mosaic": skipped, "litdata": skipped}
 
     scripts = base / "scripts"
-    common = {"seq_len": args.seq_len, "batch": args.batch, "samples": samples, "workers": WORKERS,
+    common = {"seq_len": args.seq_len, "batch": args.batch, "samples": samples, "workers": args.workers,
               "scripts": str(scripts)}
     # tokenmill's sides (stream, fill, warm, local alike, so warm against local compares one order): a block shuffle
     # of about a token file's samples, windows of --shuffle-window blocks; the others shuffle their own way
@@ -500,7 +503,7 @@ def main() -> int:
                     "cache_bytes": cache_bytes,
                     # Shuffle blocks of half the cache's samples per worker, so a block's shards fit the cache
                     # (the default, 262,144 samples, spans the whole dataset and thrashes a bounded cache).
-                    "shuffle_block": max(1, cache_bytes // (2 * WORKERS * (args.seq_len + 1) * 2))}, env, local)
+                    "shuffle_block": max(1, cache_bytes // (2 * max(1, args.workers) * (args.seq_len + 1) * 2))}, env, local)
                 local = caches / "litdata"
                 attempt("litdata", python, LITDATA_SIDE, {
                     **common, "mode": "read", "remote": f"s3://{BUCKET}/litdata_samples", "local": str(local),
