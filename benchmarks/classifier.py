@@ -137,9 +137,11 @@ def main() -> int:
     texts, sources = texts_to_score(root, args.target_mb)
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     step = args.batch_docs
-    tables = [pa.table({"id": [str(i) for i in range(s, min(s + step, len(texts)))], "text": texts[s:s + step],
-                        "source": sources[s:s + step], "subset": pa.array([None] * len(texts[s:s + step]), pa.string()),
-                        "meta": ["{}"] * len(texts[s:s + step])}) for s in range(0, len(texts), step)]
+    starts = range(0, len(texts), step)
+    chunks = [texts[s:s + step] for s in starts]
+    tables = [pa.table({"id": [str(i) for i in range(s, s + len(chunk))], "text": chunk,
+                        "source": sources[s:s + step], "subset": pa.array([None] * len(chunk), pa.string()),
+                        "meta": ["{}"] * len(chunk)}) for s, chunk in zip(starts, chunks)]
 
     config = CleanConfig.model_validate(
         {"classifiers": [{"name": "hq", "model": str(model_path), "label": "__label__hq", "keep": {"threshold": 0.5}}]})
@@ -148,8 +150,7 @@ def main() -> int:
     languages = {"prose": "en", "pages": "en"}
     options = preparation(str(model_path))[0]
     model = load_model(str(model_path))
-    lines = [[prepare(t, options) for t in texts[s:s + step]] for s in range(0, len(texts), step)]
-    chunks = [texts[s:s + step] for s in range(0, len(texts), step)]
+    lines = [[prepare(t, options) for t in chunk] for chunk in chunks]
 
     kept: list[int] = []
 

@@ -136,8 +136,8 @@ def fasttext_distribution() -> dict[str, str]:
     import fasttext_pybind
 
     loaded = Path(fasttext_pybind.__file__).resolve()
-    with open(loaded, "rb") as f:
-        digest = base64.urlsafe_b64encode(hashlib.file_digest(f, "sha256").digest()).rstrip(b"=").decode()
+    # RECORD writes the sha256 as unpadded urlsafe base64
+    digest = base64.urlsafe_b64encode(bytes.fromhex(file_sha256(loaded))).rstrip(b"=").decode()
     for name in sorted(set(packages_distributions().get("fasttext", []))):
         dist = distribution(name)
         for entry in dist.files or []:

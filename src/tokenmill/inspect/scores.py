@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
@@ -22,34 +23,42 @@ from tokenmill.inspect.runs import manifest, shard_files
 LIGHT = ("id", "source", "subset", "drop_reason")
 
 
-def score_columns(run: str | os.PathLike | None, stage: str = "clean") -> list[str]:
-    """The numeric columns of a stage's kept and dropped shards (what `ranked` sorts by), `*_score` ones first."""
+def _shards(run, stage: str) -> list[tuple[bool, Path, pa.Schema]]:
+    """(dropped, path, schema) of every kept then dropped shard of a stage: each footer read once per call."""
+    return [(dropped, path, pq.read_schema(path))
+            for dropped in (False, True) for path in shard_files(run, stage, dropped)]
+
+
+def _numeric(shards: list[tuple[bool, Path, pa.Schema]]) -> list[str]:
     numeric: dict[str, None] = {}
-    for dropped in (False, True):
-        for path in shard_files(run, stage, dropped):
-            for field in pq.read_schema(path):
-                if pat.is_floating(field.type) or pat.is_integer(field.type):
-                    numeric.setdefault(field.name)
+    for _, _, schema in shards:
+        for field in schema:
+            if pat.is_floating(field.type) or pat.is_integer(field.type):
+                numeric.setdefault(field.name)
     return sorted(numeric, key=lambda c: (not c.endswith("_score"), c))
 
 
-def _light(run, stage: str, column: str):
+def score_columns(run: str | os.PathLike | None, stage: str = "clean") -> list[str]:
+    """The numeric columns of a stage's kept and dropped shards (what `ranked` sorts by), `*_score` ones first."""
+    return _numeric(_shards(run, stage))
+
+
+def _light(shards: list[tuple[bool, Path, pa.Schema]], column: str):
     """Light columns of every kept and dropped row as one polars LazyFrame, with `status`, `file` and `row`."""
     import polars as pl
 
     frames = []
-    for dropped in (False, True):
-        for path in shard_files(run, stage, dropped):
-            names = set(pq.read_schema(path).names)
-            frame = pl.scan_parquet(path).with_row_index("row").select(
-                "row", *[pl.col(c) if c in names else pl.lit(None, pl.String).alias(c) for c in LIGHT],
-                pl.col(column).cast(pl.Float64) if column in names else pl.lit(None, pl.Float64).alias(column))
-            frames.append(frame.with_columns(status=pl.lit("dropped" if dropped else "kept"), file=pl.lit(str(path))))
+    for dropped, path, schema in shards:
+        names = set(schema.names)
+        frame = pl.scan_parquet(path).with_row_index("row").select(
+            "row", *[pl.col(c) if c in names else pl.lit(None, pl.String).alias(c) for c in LIGHT],
+            pl.col(column).cast(pl.Float64) if column in names else pl.lit(None, pl.Float64).alias(column))
+        frames.append(frame.with_columns(status=pl.lit("dropped" if dropped else "kept"), file=pl.lit(str(path))))
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def _check_column(run, stage: str, column: str) -> None:
-    columns = score_columns(run, stage)
+def _check_column(shards: list[tuple[bool, Path, pa.Schema]], stage: str, column: str) -> None:
+    columns = _numeric(shards)
     if column not in columns:
         raise TokenmillError(f"stage {stage!r} has no score column {column!r}; its numeric columns: "
                              f"{', '.join(columns) or 'none'}")
@@ -62,8 +71,9 @@ def _with_texts(rows: list[dict], chars: int | None) -> list[dict]:
         by_file.setdefault(r["file"], []).append(r["row"])
     texts: dict[tuple[str, int], str] = {}
     for path, idx in by_file.items():
-        table = pq.read_table(Path(path), columns=["text"]).take(sorted(set(idx)))
-        texts.update(zip(((path, i) for i in sorted(set(idx))), table.column("text").to_pylist()))
+        idx = sorted(set(idx))
+        table = pq.read_table(Path(path), columns=["text"]).take(idx)
+        texts.update(zip(((path, i) for i in idx), table.column("text").to_pylist()))
     out = []
     for r in rows:
         text = texts[(r["file"], r["row"])] or ""
@@ -90,8 +100,9 @@ def ranked(run: str | os.PathLike | None = None, stage: str = "clean", column: s
     """The ``n`` best (highest ``column``) and ``n`` worst documents of ``stage``, kept and dropped together:
     ``{"best": rows, "worst": rows}``, each row id, source, subset, status (kept or dropped), drop_reason, the score
     and the text (cut to ``chars``). Ties go by id. An unknown column raises naming the numeric columns there are."""
-    _check_column(run, stage, column)
-    frame = _scored(_light(run, stage, column), column, source)
+    shards = _shards(run, stage)
+    _check_column(shards, stage, column)
+    frame = _scored(_light(shards, column), column, source)
     if source is not None and frame.select("id").head(1).collect().height == 0:
         raise TokenmillError(f"stage {stage!r} has no document of source {source!r} with a {column}")
     return {"best": _with_texts(_rows(frame, column, True, n), chars),
@@ -130,7 +141,7 @@ def around_threshold(run: str | os.PathLike | None = None, name: str = "", n: in
     if name not in report:
         raise TokenmillError(f"stage {stage!r} ran no classifier {name!r}; classifiers: {', '.join(report) or 'none'}")
     column = f"{name}_score"
-    frame = _scored(_light(run, stage, column), column, None)
+    frame = _scored(_light(_shards(run, stage), column), column, None)
     out = []
     for source, entry in sorted(report[name].items()):
         mine = frame.filter(pl.col("source") == source)

@@ -58,6 +58,13 @@ def test_the_cut_is_the_kth_best_score_from_counts_that_add_across_shards():
             assert int((scores > cut).sum()) < keep <= kept  # K kept, plus the ties at the cut
             assert kept - keep < int((scores == cut).sum())
     assert keep_count(0.1, 30) == 3 and keep_count(1.0, 7) == 7 and keep_count(0.01, 1) == 1
+    two = merged([coarse_counts(np.array([0.2, 0.7], dtype=np.float32)), []])
+    for keep in (0, 3):
+        with pytest.raises(ValueError, match=f"cannot keep {keep} of 2 scores"):
+            cut_bin(two, keep)
+    for outside in (-0.5, 2.0):
+        with pytest.raises(ValueError, match="outside"):
+            coarse_counts(np.array([0.5, outside], dtype=np.float32))
 
 
 def test_the_score_phase_comes_only_with_a_top_fraction_rule(trained):

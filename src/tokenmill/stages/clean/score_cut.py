@@ -74,6 +74,7 @@ def merged(counts: list[list[list[int]]]) -> np.ndarray:
     """Per-shard `coarse_counts` added into one array of COARSE_BINS (order does not matter)."""
     total = np.zeros(COARSE_BINS, dtype=np.int64)
     for c in counts:
-        for b, n in c:
-            total[int(b)] += int(n)
+        if c:
+            pairs = np.asarray(c, dtype=np.int64)
+            np.add.at(total, pairs[:, 0], pairs[:, 1])
     return total

@@ -50,7 +50,7 @@ class ScoreShards(Phase):
         rules = sorted(pools)
         if any(len(pools[r]) for r in rules):
             ctx.write(scores_file(task.key), parquet_bytes(pa.table({
-                "rule": pa.array([r for r in rules for _ in range(len(pools[r]))], pa.string()),
+                "rule": pa.array(np.repeat(np.array(rules, dtype=object), [len(pools[r]) for r in rules]), pa.string()),
                 "score": pa.array(np.concatenate([pools[r] for r in rules]), pa.float32()),
             })))
         return {"rules": {r: coarse_counts(pools[r]) for r in rules}}
