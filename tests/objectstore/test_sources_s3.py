@@ -269,6 +269,27 @@ def test_a_store_failure_mid_read_fails_the_task_instead_of_dropping_records(s3_
             assert record.drop is None, record.message
 
 
+def test_a_store_failure_mid_parquet_read_fails_the_task_instead_of_dropping_rows(s3_server, monkeypatch):
+    """Parquet reads by range through the same stream (`uris.open_object`): a store failure after the footer, while
+    row groups are fetched, is not taken for a damaged file either (pyarrow hands back the stream's own error)."""
+    from tokenmill.pipeline.config import SourceConfig
+    from tokenmill.readers import READERS
+
+    monkeypatch.setattr(uris, "READ_BUFFER", 4096)
+    s3_server.create_bucket("bkt")
+    table = pa.table({"text": [f"document {i} " + "w" * 50 for i in range(40_000)]})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=1000, compression="none")
+    s3_server.client().put_object(Bucket="bkt", Key="a.parquet", Body=sink.getvalue().to_pybytes())
+    source = SourceConfig(name="s", format="parquet", paths=["s3://bkt/a.parquet"])
+    records = READERS["parquet"].read("s3://bkt/a.parquet", source, "s:a.parquet")
+    assert next(records).text.startswith("document 0 ")
+    s3_server.stop()
+    with pytest.raises(uris.ObjectUnreadable, match="s3://bkt/a.parquet: reading from the store failed"):
+        for record in records:
+            assert record.drop is None, record.message
+
+
 def test_an_object_changed_after_listing_is_named(s3_server):
     from tokenmill.readers.base import InputChangedError, check_unchanged, file_stamp
 
@@ -337,3 +358,68 @@ def test_a_source_pattern_reaching_an_object_store_output_is_refused(s3_server, 
                                           r"writes under its output s3://bkt/run \(e\.g\. s3://bkt/run/") as err:
         run_pipeline(load_config(tmp_path / "run.yaml"))
     assert "sources[0].paths" not in str(err.value)  # its pattern stays out of the output
+
+
+def test_each_pattern_is_listed_once_to_validate_and_once_to_plan(s3_server, tmp_path, monkeypatch):
+    """A listing costs a request per thousand objects: validation lists each pattern once (its problems, its matches
+    and the overlaps between sources from that one listing), planning once more (the objects with their sizes and
+    times, no HEAD per object); the stamps the listing gives are those a HEAD gives later (`check_unchanged`)."""
+    from tokenmill.readers.base import file_stamp
+    from tokenmill.stages.ingest import list_source_files
+
+    s3_server.create_bucket("bkt")
+    for key in ("in/a.jsonl", "in/x/b.jsonl", "other/c.jsonl"):
+        s3_server.client().put_object(Bucket="bkt", Key=key, Body=b'{"text": "one document"}\n')
+    patterns = ["s3://bkt/in/**/*.jsonl", "s3://bkt/in/a.jsonl", "s3://bkt/other/*.jsonl"]
+    calls: list[str] = []
+    listing = uris.list_objects
+    monkeypatch.setattr(uris, "list_objects", lambda pattern: calls.append(pattern) or listing(pattern))
+    stat = uris.stat
+
+    def head(uri):
+        raise AssertionError(f"HEAD of {uri}")
+
+    monkeypatch.setattr(uris, "stat", head)
+    data = _config(tmp_path, *patterns[:2])
+    data["sources"].append({"name": "t", "format": "jsonl", "paths": patterns[2:]})
+    config = parse_config(data, tmp_path)
+    assert sorted(calls) == sorted(patterns)
+    calls.clear()
+    files = list_source_files(config)
+    assert sorted(calls) == sorted(patterns)
+    assert [(f.source, f.path, f.relpath) for f in files] == [("s", "s3://bkt/in/a.jsonl", "a.jsonl"),
+                                                              ("s", "s3://bkt/in/x/b.jsonl", "x/b.jsonl"),
+                                                              ("t", "s3://bkt/other/c.jsonl", "c.jsonl")]
+    monkeypatch.setattr(uris, "stat", stat)
+    assert all(file_stamp(f.path) == {"bytes": f.size, "mtime_ns": f.mtime_ns} for f in files)
+
+
+def test_a_file_uri_pattern_reaching_the_local_output_is_refused_as_a_path_is(tmp_path):
+    """`file://` is a local path: a pattern written so is checked against the output folder as the bare path is."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text('{"text": "one document"}\n')
+    for pattern in (f"{tmp_path}/**", f"file://{tmp_path}/**"):
+        with pytest.raises(ConfigError, match=r"sources\[0\]\.paths\[0\]: .* would match files the run writes under "
+                                              rf"its output folder {re.escape(str(tmp_path / 'out'))}"):
+            parse_config(_config(tmp_path, pattern), tmp_path)
+
+
+def test_a_root_of_the_other_kind_than_a_source_s_paths_is_refused(s3_server, tmp_path):
+    """Ids are paths below the root: a local root for objects (or a folder URI for local files) is refused when
+    the config is read, before any work."""
+    s3_server.create_bucket("bkt")
+    s3_server.client().put_object(Bucket="bkt", Key="in/a.jsonl", Body=b'{"text": "one document"}\n')
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "b.jsonl").write_text('{"text": "one document"}\n')
+    data = _config(tmp_path, "s3://bkt/in/*.jsonl")
+    data["sources"][0]["root"] = str(tmp_path / "data")
+    data["sources"].append({"name": "t", "format": "jsonl", "paths": ["data/*.jsonl"], "root": "s3://bkt"})
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, tmp_path)
+    message = str(err.value)
+    assert (f"sources[0].root: {str(tmp_path / 'data')!r} is a local folder, but sources[0].paths[0] "
+            f"'s3://bkt/in/*.jsonl' is not below it") in message
+    assert "sources[1].root: 's3://bkt' is a folder URI, but sources[1].paths[0] 'data/*.jsonl' is not below it" \
+        in message
+    data["sources"] = [{**data["sources"][0], "root": "s3://bkt"}]
+    assert parse_config(data, tmp_path).sources[0].root == "s3://bkt"

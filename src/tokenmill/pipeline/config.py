@@ -7,7 +7,7 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional, TypeVar, Union
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Optional, TypeVar, Union
 
 from pydantic import BaseModel, Field, StrictInt, ValidationError, create_model, field_validator, \
     model_validator
@@ -330,13 +330,16 @@ def check_paths(config: RunConfig) -> None:
     file a stage's config names must be a file, and pass the stage's own check (`_stage_path_problems`).
     """
     problems = []
+    # Each pattern's matches, listed once for both the checks here and the overlaps (on a store, a request per
+    # thousand objects).
+    listed: dict[str, list[Path] | list[str]] = {}
     for i, source in enumerate(config.sources):
         for j, pattern in enumerate(source.paths):
             key = f"sources[{i}].paths[{j}]"
-            trouble = pattern_problems(config, pattern)
+            trouble, listed[pattern] = _checked_matches(config, pattern)
             if trouble:
                 problems += [f"  {key}: {t}" for t in trouble]
-            elif not expand_pattern(config, pattern):
+            elif not listed[pattern]:
                 where = uris.where_listed(pattern) if uris.is_remote(pattern) else config.base_dir
                 problems.append(f"  {key}: {pattern!r} matches no file (looked in {where})")
         if source.root is not None and uris.is_remote(source.root):
@@ -346,8 +349,15 @@ def check_paths(config: RunConfig) -> None:
         elif source.root is None and len({uris.is_remote(p) for p in source.paths}) > 1:
             problems.append(f"  sources[{i}].paths: local files and object-store URIs in one source have no common "
                             f"folder for the document ids; set sources[{i}].root, or make them two sources")
+        if source.root is not None:  # ids are paths below the root: a local root holds no object, nor a URI a file
+            astray = [j for j, p in enumerate(source.paths) if uris.is_remote(p) != uris.is_remote(source.root)]
+            if astray:
+                kind = "a folder URI" if uris.is_remote(source.root) else "a local folder"
+                problems.append(f"  sources[{i}].root: {source.root!r} is {kind}, but sources[{i}].paths[{astray[0]}] "
+                                f"{source.paths[astray[0]]!r} is not below it; set a root of the paths' kind, or "
+                                f"make them two sources")
     if not problems:  # never glob a pattern found unsafe (a `**` through a symlink loop lists names without end)
-        problems += _overlap_problems(config)
+        problems += _overlap_problems(config, listed)
     problems += _stage_path_problems(config)
     from tokenmill.pipeline.runfolder import output_problems  # the output folder and sources that reach into it
 
@@ -356,7 +366,7 @@ def check_paths(config: RunConfig) -> None:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
 
 
-def _overlap_problems(config: RunConfig) -> list[str]:
+def _overlap_problems(config: RunConfig, listed: Mapping[str, Iterable[Path | str]]) -> list[str]:
     """Files that the patterns of two sources both match, one problem per pair of sources.
 
     Refused rather than given to the first source that claims them: which source a file belongs to decides its
@@ -364,11 +374,12 @@ def _overlap_problems(config: RunConfig) -> list[str]:
     `sources` silently change how files are read (a broad `data/**/*.jsonl` declared before `data/zh/*.jsonl`
     would take the Chinese files as English), and a warning in a worker's log is easy to miss. Read by both, the
     documents would be ingested twice. Overlap inside one source is harmless (its files are listed once).
+    `listed`: each pattern's matches, as `check_paths` listed them.
     """
     owner: dict[Path | str, int] = {}
     shared: dict[tuple[int, int], list[Path | str]] = {}
     for i, source in enumerate(config.sources):
-        for f in matched_files(config, source):
+        for f in matched_files(config, source, listed):
             first = owner.setdefault(f, i)
             if first != i:
                 shared.setdefault((first, i), []).append(f)
@@ -445,11 +456,7 @@ def pattern_problems(config: RunConfig, pattern: str) -> list[str]:
     For an object-store URI: why it cannot be listed (the store does not answer, a wildcard in the bucket name,
     a scheme tokenmill does not read), before any work starts."""
     if uris.is_remote(pattern):
-        try:
-            uris.glob_remote(pattern)
-        except (OSError, ValueError) as err:
-            return [str(err)]
-        return []
+        return _checked_matches(config, pattern)[0]
     full = str(config.resolve(uris.local_part(pattern)))
     if not _MAGIC.search(full):
         return []  # a file named outright is the configured path itself, wherever a symlink takes it
@@ -472,6 +479,17 @@ def pattern_problems(config: RunConfig, pattern: str) -> list[str]:
     return problems
 
 
+def _checked_matches(config: RunConfig, pattern: str) -> tuple[list[str], list[Path] | list[str]]:
+    """`pattern_problems` and, when there are none, `expand_pattern`: an object-store pattern listed once for both."""
+    if uris.is_remote(pattern):
+        try:
+            return [], uris.glob_remote(pattern)
+        except (OSError, ValueError) as err:
+            return [str(err)], []
+    trouble = pattern_problems(config, pattern)
+    return trouble, ([] if trouble else expand_pattern(config, pattern))
+
+
 def expand_pattern(config: RunConfig, pattern: str) -> list[Path] | list[str]:
     """The files a pattern matches, sorted: local `Path`s, or object URIs (`str`) for an object-store pattern."""
     if uris.is_remote(pattern):
@@ -480,15 +498,21 @@ def expand_pattern(config: RunConfig, pattern: str) -> list[Path] | list[str]:
     return sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
 
 
-def matched_files(config: RunConfig, source: SourceConfig) -> list[Path | str]:
-    """The files the source's patterns match (local ones resolved, objects by URI), sorted and without repeats."""
-    found = {f if isinstance(f, str) else f.resolve() for pattern in source.paths for f in expand_pattern(config, pattern)}
+def matched_files(config: RunConfig, source: SourceConfig,
+                  listed: Mapping[str, Iterable[Path | str]] | None = None) -> list[Path | str]:
+    """The files the source's patterns match (local ones resolved, objects by URI), sorted and without repeats.
+    `listed`: patterns' matches already listed (`expand_pattern`'s, or `uris.list_objects`'), not listed again."""
+    listed = listed or {}
+    found = {f if isinstance(f, str) else f.resolve() for pattern in source.paths
+             for f in (listed[pattern] if pattern in listed else expand_pattern(config, pattern))}
     return sorted(found, key=uris.sort_key)
 
 
-def source_files(config: RunConfig, source: SourceConfig) -> tuple[Path | str, list[Path | str]]:
-    """The source's root folder (a folder URI for objects) and its files, sorted and without repeats."""
-    files = matched_files(config, source)
+def source_files(config: RunConfig, source: SourceConfig,
+                 listed: Mapping[str, Iterable[Path | str]] | None = None) -> tuple[Path | str, list[Path | str]]:
+    """The source's root folder (a folder URI for objects) and its files, sorted and without repeats (`listed`: as
+    for `matched_files`)."""
+    files = matched_files(config, source, listed)
     if source.root is not None:
         root: Path | str = (source.root if uris.is_remote(source.root)
                             else config.resolve(uris.local_part(source.root)).resolve())

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import pyarrow.fs as pafs
 
 from tokenmill.errors import TokenmillError
-from tokenmill.pipeline import storage
+from tokenmill.pipeline import storage, uris
 
 if TYPE_CHECKING:
     from tokenmill.pipeline.config import RunConfig
@@ -387,8 +387,6 @@ def _glob_match(pattern: list[str], path: list[str]) -> bool:
 
 def _remote_output_problems(config: "RunConfig", location: str) -> list[str]:
     """A source URI pattern that would match files the run writes under an object-store output (validation lines)."""
-    from tokenmill.pipeline import uris
-
     out = location.rstrip("/")
     written = [f"{out}/{w}" for w in _written_paths(config)]
     problems = []
@@ -447,7 +445,9 @@ def output_problems(config: "RunConfig") -> list[str]:
     existing = sorted(os.path.join(folder, name) for folder, _, names in os.walk(out) for name in names)
     for i, source in enumerate(config.sources):
         for j, pattern in enumerate(source.paths):
-            full = os.path.abspath(config.resolve(pattern))
+            if uris.is_remote(pattern):
+                continue  # an object-store pattern reaches no local folder
+            full = os.path.abspath(config.resolve(uris.local_part(pattern)))
             parts = Path(full).parts
             inside = [f for f in existing if _glob_match(list(parts), list(Path(f).parts))]
             reaches = [w for w in written if _glob_match(list(parts), list((out / w).parts))]

@@ -27,7 +27,9 @@ def _rows(opened, source, display: str, columns: set[str]) -> Iterator[Record]:
     """The records of an opened Parquet file (a path, or an object's stream)."""
     index = 0
     try:
-        file = pq.ParquetFile(opened)
+        # Row group by row group: pyarrow's default pre-buffering reads every row group's bytes before the first
+        # batch (a whole file in memory, and one GET the size of the object from a store).
+        file = pq.ParquetFile(opened, pre_buffer=False)
         for batch in file.iter_batches(batch_size=BATCH_ROWS):
             for row in batch.to_pylist():
                 where = f"{display}: row {index}"

@@ -68,21 +68,22 @@ class SourceFile:
 
 def list_source_files(config) -> list[SourceFile]:
     """Every input file of every source, in config order then path order. An object (a URI) is listed by its URI,
-    its key below the source's root, and the size and mtime its store gives (`uris.stat`)."""
+    its key below the source's root, and the size and mtime its store's listing gives (`uris.list_objects`)."""
     from tokenmill.pipeline.config import source_files
 
     out = []
     for source in config.sources:
-        root, files = source_files(config, source)
-        # Objects' sizes and times come from listing the patterns again (a request per thousand objects), not
-        # from a HEAD per object.
-        listed = {u: stamp for p in source.paths if uris.is_remote(p) for u, stamp in uris.list_objects(p).items()}
+        # One listing of each object-store pattern gives both its objects and their sizes and times (a request per
+        # thousand objects, no HEAD per object).
+        listed = {p: uris.list_objects(p) for p in source.paths if uris.is_remote(p)}
+        stamps = {uri: stamp for objects in listed.values() for uri, stamp in objects.items()}
+        root, files = source_files(config, source, listed)
         for f in files:
             if isinstance(f, str):  # an object in a store
                 if not isinstance(root, str):
                     raise ConfigError(f"sources: {f} is an object but {source.name!r} has the local root {root}; "
                                       f"set its root to a folder URI above it")
-                size, mtime_ns = listed[f] if f in listed else uris.stat(f)
+                size, mtime_ns = stamps[f]
                 out.append(SourceFile(source.name, f, uris.relative_to(f, root), size, mtime_ns))
                 continue
             if isinstance(root, str):
