@@ -129,3 +129,46 @@ def test_a_loader_killed_mid_download_leaves_no_half_file(data, tmp_path):
     loader.close()
     assert not any(p.exists() for p in leftovers)  # the dead process's downloads were cleared to make room
     assert folder_bytes(cache) <= bound
+
+
+@pytest.mark.parametrize("which", ["object", "cache"])
+def test_a_lock_the_parent_holds_when_it_forks_stays_the_parents(tmp_path, which):
+    """A DataLoader worker forked while a thread of the parent holds a lock (a prefetch downloading an object, a
+    reservation under cache.lock) gets the lock once the parent lets go: the child's copy of the descriptor must not
+    keep the lock alive (it did: the worker then waited forever in ``TokenCache.pin``)."""
+    import fcntl
+
+    from tokenmill.loader.cache import TokenCache, _flock
+
+    cache = TokenCache(tmp_path / "cache", 1 << 20, store=None)
+    if which == "object":
+        held = cache._lock_file("x")
+        _flock(held, fcntl.LOCK_EX)
+        let_go = held.close
+    else:
+        held = cache._cache_lock()
+        held.__enter__()
+        let_go = lambda: held.__exit__(None, None, None)  # noqa: E731
+    pid = os.fork()
+    if pid == 0:  # the worker: waits for the lock as pin (shared) or a reservation does, then exits
+        code = 1
+        try:
+            if which == "object":
+                with cache._lock_file("x") as mine:
+                    code = 0 if _flock(mine, fcntl.LOCK_SH) else 1
+            else:
+                with cache._cache_lock():
+                    code = 0
+        finally:
+            os._exit(code)
+    let_go()  # the parent's download is done
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked process still waits for a lock its parent released")

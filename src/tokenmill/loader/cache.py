@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,33 @@ class CachedObject:
     """As recorded ("" when not: then it is used unchecked)."""
     size: int | None = None
     """Its size when known in advance (a ``.bin``: tokens x item size); checked against the store's."""
+
+
+# Every lock file this process has open. A flock belongs to the open file description, which a forked child's copy
+# of the descriptor keeps alive: a lock the parent holds at the fork (a prefetch thread downloading, a reservation
+# under cache.lock, a pin) would outlive the parent's release for as long as the child runs, and block the child
+# itself (a DataLoader worker waiting forever in `pin`). So the child closes its copies at once: its own locks it
+# takes afresh, and the parent's stay the parent's. Unbuffered files, whose close takes no lock a thread of the
+# parent may have held at the fork.
+_OPEN_LOCKS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _open_lock(path: Path):
+    f = open(path, "a+b", buffering=0)  # noqa: SIM115 - closed by the caller (or in a forked child)
+    _OPEN_LOCKS.add(f)
+    return f
+
+
+def _close_inherited_locks() -> None:
+    for f in list(_OPEN_LOCKS):
+        try:
+            f.close()
+        except OSError:
+            pass
+    _OPEN_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
 
 
 def _flock(f, mode: int) -> bool:
@@ -96,7 +124,7 @@ class TokenCache:
         return self.folder / obj.name
 
     def _lock_file(self, name: str):
-        return open(self.folder / LOCKS / f"{name}.lock", "a+b")  # noqa: SIM115 - held while pinned
+        return _open_lock(self.folder / LOCKS / f"{name}.lock")  # held while pinned
 
     # -- pins ----------------------------------------------------------------------------------------------------
 
@@ -226,7 +254,7 @@ class TokenCache:
         """The node-wide lock under which the folder's size changes (and names move)."""
         import fcntl
 
-        with open(self.folder / LOCKS / "cache.lock", "a+b") as lock:
+        with _open_lock(self.folder / LOCKS / "cache.lock") as lock:
             _flock(lock, fcntl.LOCK_EX)
             yield
 
