@@ -34,23 +34,27 @@ def upload(server, root: Path) -> None:
     server.upload_tree(root, BUCKET, "run/tokenize")
 
 
-def folder_bytes(folder: Path) -> int:
-    """Every file under ``folder``, as the disk sees them now (locks, downloads in progress, objects)."""
+def folder_bytes(folder: Path, allocated: bool = False) -> int:
+    """Every file under ``folder``, as the disk sees them now (locks, downloads in progress, objects): their sizes
+    (the cache's own measure: a reserved download counts in full), or with ``allocated`` the blocks they hold (a
+    sparse or partly written file counts what it holds: what a competitor's cache really takes)."""
     total = 0
     for base, _, files in os.walk(folder):
         for name in files:
             try:
-                total += os.stat(os.path.join(base, name)).st_size
-            except FileNotFoundError:
-                pass
+                st = os.lstat(os.path.join(base, name))
+            except FileNotFoundError:  # evicted between the listing and the stat
+                continue
+            total += st.st_blocks * 512 if allocated else st.st_size
     return total
 
 
 class Watcher:
-    """Samples a folder's size in a thread until stopped; ``peak`` is the most it saw."""
+    """Samples `folder_bytes(folder, allocated)` in a thread every ``interval`` seconds until stopped, and once more
+    then; ``peak`` is the most it saw, ``samples`` how many times it looked."""
 
-    def __init__(self, folder: Path):
-        self.folder, self.peak, self.samples = folder, 0, 0
+    def __init__(self, folder: Path, interval: float = 0.002, allocated: bool = False):
+        self.folder, self.interval, self.allocated, self.peak, self.samples = folder, interval, allocated, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -61,10 +65,14 @@ class Watcher:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._sample()
+
+    def _sample(self) -> None:
+        if self.folder.exists():
+            self.peak = max(self.peak, folder_bytes(self.folder, self.allocated))
+            self.samples += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if self.folder.exists():
-                self.peak = max(self.peak, folder_bytes(self.folder))
-                self.samples += 1
-            self._stop.wait(0.002)
+            self._sample()
+            self._stop.wait(self.interval)

@@ -66,3 +66,5 @@ def test_the_loader_serves_it_and_keeps_it_in_its_state(tmp_path):
     assert next(iter(again))["input_ids"].equal(next(iter(blocky))["input_ids"])
     with pytest.raises(ConfigError, match="shuffle_block must be a positive integer"):
         TokenLoader(path, shuffle_block=0, **kwargs)
+    with pytest.raises(ConfigError, match="shuffle_window must be a positive integer, got 0"):
+        TokenLoader(path, shuffle_block=32, shuffle_window=0, **kwargs)

@@ -67,6 +67,17 @@ def test_a_cache_smaller_than_one_token_file_names_cache_bytes(data, tmp_path):
     loader.close()
 
 
+def test_a_cache_too_small_for_the_workers_pins_names_num_workers(data, tmp_path):
+    """Each worker pins the files of the sample it reads (a sample may span two files here): two workers need room
+    for four of the largest files; a cache of two is refused before anything is fetched."""
+    total, largest = data
+    with pytest.raises(ConfigError, match=rf"cache_bytes {2 * largest} cannot hold the files that 2 process\(es\) "
+                                          rf"building micro-batches may read at once \(up to {4 * largest} bytes.*"
+                                          "lower num_workers"):
+        TokenLoader(URI, cache_dir=tmp_path / "cache", cache_bytes=2 * largest, num_workers=2, **KW)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())  # nothing fetched
+
+
 @pytest.mark.parametrize("key, value", [("cache_bytes", 0), ("cache_bytes", -5), ("cache_bytes", 1.5),
                                         ("fetch_timeout", 0), ("prefetch_threads", -1)])
 def test_bad_settings_name_the_key(data, tmp_path, key, value):

@@ -9,7 +9,6 @@ node-local cache (``remote``, ``cache``, ``prefetch``).
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import itertools
 import json
@@ -87,9 +86,7 @@ class _Plan:
             if stream.fetcher is not None:
                 # A remote stream: this sample's files pinned while it is read (one sample at a time, so a process
                 # needs room for one sample's files, not a micro-batch's); the others kept open within a budget.
-                starts = stream.starts_list
-                stream.fetcher.hold([(stream, i) for i in range(bisect.bisect_right(starts, start) - 1,
-                                                                 bisect.bisect_right(starts, start + seq_len))])
+                stream.fetcher.hold([(stream, i) for i in stream.file_range(start, start + seq_len + 1)])
             stream.read(start, seq_len + 1, out=tokens[row])
             if positions is not None:
                 # Positions restart at each document's first token (Megatron's reset_position_ids).
@@ -107,9 +104,8 @@ class _Plan:
             stream = self.order.streams[s]
             if stream.fetcher is None:
                 continue
-            starts, start = stream.starts_list, sample * seq_len
-            # bisect on a list: a few hundred ns where numpy's searchsorted on two scalars costs microseconds.
-            for i in range(bisect.bisect_right(starts, start) - 1, bisect.bisect_right(starts, start + seq_len)):
+            start = sample * seq_len
+            for i in stream.file_range(start, start + seq_len + 1):
                 seen[(s, i)] = None
         return list(seen)
 
@@ -130,12 +126,13 @@ class _Plan:
                 yield ident, [(self.order.streams[s].name, i) for s, i in self.files_read(rows)], rows
 
 
-def _own_ids(sequence, chunk: int, worker: int, workers: int):
-    """The (batch, micro-batch) ids that worker ``worker`` of ``workers`` builds, in order (chunks round-robin)."""
+def _own_chunks(sequence, chunk: int, worker: int, workers: int) -> Iterator[list[tuple[int, int]]]:
+    """The chunks of (batch, micro-batch) ids that worker ``worker`` of ``workers`` builds, in order: chunk c of
+    ``chunk`` consecutive ids goes to worker c mod ``workers``."""
     for c in itertools.count():
         ids = list(itertools.islice(sequence, chunk))
         if c % workers == worker:
-            yield from ids
+            yield ids
 
 
 def as_batch(tokens: torch.Tensor, positions: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -161,12 +158,9 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         fetcher = self.plan.fetcher
         if fetcher is not None:
             # This worker's own micro-batches, walked ahead on a second copy of the (deterministic) sequence.
-            fetcher.start(self.plan.upcoming(_own_ids(self.plan.layout.sequence(self.k, self.m, self.skips),
-                                                      self.chunk, worker, workers)))
-        for c in itertools.count():
-            ids = list(itertools.islice(sequence, self.chunk))
-            if c % workers != worker:
-                continue
+            fetcher.start(self.plan.upcoming(itertools.chain.from_iterable(_own_chunks(
+                self.plan.layout.sequence(self.k, self.m, self.skips), self.chunk, worker, workers))))
+        for ids in _own_chunks(sequence, self.chunk, worker, workers):
             built = [self.plan.micro_batch(k, m) for k, m in ids]
             tokens = torch.stack([t for t, _ in built]).to(self.plan.transfer_dtype)
             positions = torch.stack([p for _, p in built]) if built[0][1] is not None else None
@@ -293,7 +287,8 @@ class TokenLoader:
         total = sum(sizes.values())
         if cache_bytes is None:
             folder.mkdir(parents=True, exist_ok=True)
-            free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+            fs = os.statvfs(folder)
+            free = fs.f_bavail * fs.f_frsize
             cache_bytes = min(total, int(0.9 * free))
             log.info("token cache %s: cache_bytes %d (the remote data %d, free %d)", folder, cache_bytes, total, free)
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes <= 0:

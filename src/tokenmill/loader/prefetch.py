@@ -121,7 +121,7 @@ class TokenFetcher:
     def advance(self, k: int, m: int):
         """Micro-batch (k, m) is being built: the window moves past what came before it. Where its samples are, when
         the walk located them already (else None)."""
-        if self._prefetcher is not None and self._pid is not None:
+        if self._prefetcher is not None:
             return self._prefetcher.advance((k, m))
         return None
 
@@ -193,9 +193,6 @@ class _Prefetcher:
         names = {o.name for key in self._window for o in self.fetcher.objects[key]}
         self.fetcher.cache.window = names
 
-    def _window_bytes(self) -> int:
-        return self._window_size
-
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
@@ -215,7 +212,7 @@ class _Prefetcher:
                         if self._skip_to is not None and ident >= self._skip_to:
                             self._consumed, self._skip_to = n, None
                         far = n - self._consumed > LOOKAHEAD_MICRO_BATCHES
-                        self._short_of_bytes = not far and self._window_bytes() + sum(
+                        self._short_of_bytes = not far and self._window_size + sum(
                             self.fetcher.size(f) for f in files if f not in self._window) > self.fetcher.window_bytes
                         if (self._stopping or self._skip_to is not None or n <= self._consumed
                                 or not (far or self._short_of_bytes)):

@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
 import pyarrow.fs as pafs
@@ -33,11 +32,6 @@ T = TypeVar("T")
 # Errors of the store that no retry can fix (pyarrow raises them as OSError with the AWS error name in the text).
 _FATAL = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "INVALID_ACCESS_KEY_ID")
 _MISSING = ("NoSuchBucket", "NO_SUCH_BUCKET", "NoSuchKey", "NO_SUCH_KEY")
-
-
-def is_uri(path) -> bool:
-    """A URI that names an object store path (``s3://``, ``gs://``, ``file://``...), not a local path."""
-    return isinstance(path, str) and "://" in path
 
 
 @dataclass(frozen=True)
@@ -227,7 +221,3 @@ def local_name(uri: str, sha256: str, suffix: str) -> str:
     names it; other content never takes its place), else by a hash of its URI."""
     key = sha256 or "u" + hashlib.sha256(uri.encode("utf-8")).hexdigest()
     return f"{key[:40]}{suffix}"
-
-
-def file_uri(path: Path) -> str:
-    return path.resolve().as_uri()

@@ -10,6 +10,7 @@ remote streams: their files are read from the node's bounded cache (``prefetch.T
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections import OrderedDict
@@ -75,13 +76,13 @@ class TokenStream:
     def tokens(self) -> int:
         return int(self._starts[-1])
 
-    @property
-    def starts_list(self) -> list[int]:
-        """Each file's first token in the stream, and the end, as a list (for bisect)."""
+    def file_range(self, start: int, stop: int) -> range:
+        """The files holding tokens ``[start, stop)`` (``stop > start``). By bisect on a list of the file starts: a
+        few hundred ns where numpy's searchsorted on two scalars costs microseconds."""
         starts = self.__dict__.get("_starts_list")
         if starts is None:
             starts = self.__dict__["_starts_list"] = self._starts.tolist()
-        return starts
+        return range(bisect.bisect_right(starts, start) - 1, bisect.bisect_right(starts, stop - 1))
 
     def samples(self, seq_len: int) -> int:
         return max(0, (self.tokens - 1) // seq_len)
