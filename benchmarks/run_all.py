@@ -19,12 +19,14 @@ Each benchmark's stderr is kept in <dir>/logs/NAME.stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import platform
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -77,7 +79,7 @@ BENCHMARKS: list[Benchmark] = [
     # Quick: tokenmill only (cold, warm, local) unless <dir>/streaming/streaming-venv exists; full builds that venv.
     Benchmark("streaming", "streaming.py", quick=("--tokens", "2000000", "--file-tokens", "100000", "--seq-len", "512",
                                                   "--batch", "2", "--cache-fraction", "0.5", "--samples", "1000",
-                                                  "--rounds", "1", "--no-venv-build", "--workers", "0")),
+                                                  "--rounds", "1", "--no-venv-build")),
     # --fingerprints: the trainer without them runs in the same rounds (issue 22: their overhead, side by side)
     Benchmark("train_throughput", "train_throughput.py", full=("--fingerprints",),
               quick=("--steps", "12", "--rounds", "1", "--batch", "4", "--micro", "2", "--seq-len", "64",
@@ -177,13 +179,18 @@ def run_one(name: str, argv: list[str], logs: Path, timeout: float | None) -> di
     row: dict = {"command": _display(argv), "stderr_log": str(log)}
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as err:
+        # Its own session: past the timeout the benchmark goes with every process it started (a side process
+        # and its DataLoader workers, a Ray node), none left running or holding a port.
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                start_new_session=True)
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout,
-                                  env=env)
-            stdout, row["exit_code"] = proc.stdout, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout or b""
-            stdout, row["exit_code"] = out.decode(errors="replace") if isinstance(out, bytes) else out, None
+            stdout, _ = proc.communicate(timeout=timeout)
+            row["exit_code"] = proc.returncode
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            stdout, _ = proc.communicate()
+            row["exit_code"] = None
     row["seconds"] = round(time.perf_counter() - start, 2)
     result = parse_json(stdout)
     row["json"] = result

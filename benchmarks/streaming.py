@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/s3server.py: the same moto server the tests start
 
 from loader import write_dataset  # noqa: E402 - benchmarks/loader.py, beside this script
+from tests.loader.streaming import Watcher  # noqa: E402 - the disk watcher the streaming tests use
 from tests.s3server import S3Server  # noqa: E402
 from tokenmill.tokenize import tokens_json  # noqa: E402
 
@@ -141,41 +142,6 @@ class CountingProxy:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def disk_bytes(folder: Path) -> int:
-    """Bytes on disk under ``folder`` (allocated blocks, so a sparse or partly written file counts what it holds)."""
-    total = 0
-    for dirpath, _, names in os.walk(folder):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except FileNotFoundError:  # evicted between the listing and the stat
-                pass
-    return total
-
-
-class DiskWatcher:
-    """The peak of `disk_bytes(folder)`, sampled in a thread every ``interval`` seconds until `stop`."""
-
-    def __init__(self, folder: Path, interval: float = 0.02):
-        self.folder, self.interval, self.peak = folder, interval, 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            self.peak = max(self.peak, disk_bytes(self.folder))
-            self._done.wait(self.interval)
-
-    def __enter__(self) -> "DiskWatcher":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        self._thread.join()
-        self.peak = max(self.peak, disk_bytes(self.folder))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -308,6 +274,24 @@ def last_json(stdout: str) -> dict:
     raise ValueError(f"no JSON line in {stdout[-500:]!r}")
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (children, their children...), from /proc; empty where there is no /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The fields after the command (in parentheses, which may hold spaces): state, then the parent's pid.
+            ppid = int(entry.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def run_side(python: str, code: str, args: dict, env: dict, watch: Path | None = None,
              proxy: CountingProxy | None = None, timeout: float = 3600) -> dict:
     """One contender in a fresh process; its JSON plus the server's bytes and the peak disk under ``watch``."""
@@ -318,12 +302,23 @@ def run_side(python: str, code: str, args: dict, env: dict, watch: Path | None =
         watch.mkdir(parents=True, exist_ok=True)
     if proxy is not None:
         proxy.reset()
-    with DiskWatcher(watch) if watch is not None else contextlib.nullcontext() as watcher:
-        proc = subprocess.run([python, str(script), json.dumps(args)], env=env, capture_output=True, text=True,
-                              timeout=timeout, cwd=ROOT)
+    with Watcher(watch, interval=0.02, allocated=True) if watch is not None else contextlib.nullcontext() as watcher:
+        proc = subprocess.Popen([python, str(script), json.dumps(args)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # The side and every process under it (DataLoader workers, which a blocked system call keeps from
+            # noticing their parent's death), so that none is left holding the cache or the port.
+            for pid in [*descendants(proc.pid), proc.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            raise RuntimeError(f"{script.name} ran past {timeout:g} s and was killed with its workers: "
+                               f"{stderr[-2000:]}") from None
     if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
-    out = last_json(proc.stdout)
+        raise RuntimeError(f"exit {proc.returncode}: {stderr[-2000:]}")
+    out = last_json(stdout)
     if proxy is not None:
         out["server_bytes"] = proxy.down
     if watcher:
