@@ -14,6 +14,7 @@ import pytest
 from tokenmill.cli import main
 from tokenmill.train.doctor import classify, diagnose
 from tokenmill.train.faults import ENV
+from tokenmill.train.fingerprints import Anomaly, anomaly_event
 from tests.train.runs import config, env, write_config, write_tokens
 
 T0 = 1795568835.0
@@ -32,11 +33,10 @@ def _metrics(steps: int, spike: dict[int, str] | None = None) -> list[dict]:
 
 
 def _anomaly(step: int, rank: int, host: str, value: float) -> dict:
-    """A ``rank_anomaly`` event as trainer._rank_anomaly writes it (fingerprints.anomaly_event plus time and batch)."""
-    return {"time": T0 + step, "step": step, "action": "rank_anomaly", "rank": rank, "host": host, "device": "cuda:1",
-            "metrics": {"grad_norm_local": {"rule": "outlier", "value": value, "reference": 1.93, "score": 60.92,
-                                            "values": [1.93, value]}},
-            "reason": f"grad_norm_local {value:.4g} vs the others' 1.93 (60.9 spreads)", "batch": step - 1}
+    """A ``rank_anomaly`` event as trainer._rank_anomaly writes it: fingerprints.anomaly_event's, with time and batch."""
+    flag = Anomaly(step, rank, host, "cuda:1", "grad_norm_local", "outlier", value, 1.93, 60.92, (1.93, value))
+    event, = anomaly_event(step, [flag])
+    return {"time": T0 + step, **event, "batch": step - 1}
 
 
 def _rollback(step: int, resumed: int, skipped: list[int], docs: list[tuple[str, str]]) -> dict:
@@ -149,6 +149,20 @@ def test_an_older_run_without_ranks_and_a_killed_run_truncated_mid_line(faulty, 
     assert "values" not in found.faults[0].ranks[0]  # nothing to read them from
     assert main(["train", "doctor", str(faulty / "nope")]) != 0
     assert "nope: no such folder" in capsys.readouterr().err
+
+
+def test_the_doctor_and_train_refuse_what_is_not_theirs(tmp_path, capsys):
+    def error() -> str:
+        return " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+
+    assert main(["train", "doctor", str(tmp_path)]) == 2  # a folder, but no train run's logs in it
+    assert "neither events.jsonl nor metrics.jsonl" in error()
+    assert main(["train", "doctor"]) == 2
+    assert "name the run's output folder" in error()
+    assert main(["train", str(tmp_path / "train.yaml"), "extra"]) == 2
+    assert "unexpected argument 'extra'" in error()
+    assert main(["train", str(tmp_path / "train.yaml"), "--json"]) == 2
+    assert "--json is for `train doctor RUN`" in error()
 
 
 def test_a_spike_with_no_rollback_stopped_the_run(tmp_path):

@@ -18,6 +18,7 @@ from tokenmill.errors import ConfigError
 from tokenmill.train.config import parse_train_config
 from tokenmill.train.faults import ENV
 from tokenmill.train.fingerprints import METRICS, Detector, FingerprintConfig, param_checksum
+from tokenmill.train.metrics import JsonLines
 from tests.train.runs import config, env, losses, write_config, write_tokens
 
 STEPS = 8
@@ -29,7 +30,7 @@ def tokens(tmp_path_factory):
 
 
 def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return JsonLines(path, True).rows()
 
 
 def _two_ranks(tmp_path: Path, name: str, cfg: dict, faults: dict | None = None):
@@ -63,7 +64,7 @@ def test_two_ranks_write_a_row_per_rank_per_step_and_do_not_change_the_losses(to
         assert (r["param_checksum"] is not None) == (r["step"] % 3 == 0), r
         assert "flagged" not in r
     # The trainer's loss is the mean of the ranks' local losses; the shard norms make up the global norm.
-    metrics = {r["step"]: r for r in (json.loads(x) for x in (on / "metrics.jsonl").read_text().splitlines())}
+    metrics = {r["step"]: r for r in _rows(on / "metrics.jsonl")}
     for step in range(1, STEPS + 1):
         pair = [r for r in rows if r["step"] == step]
         assert metrics[step]["loss"] == pytest.approx((pair[0]["loss"] + pair[1]["loss"]) / 2, rel=1e-6)

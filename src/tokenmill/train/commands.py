@@ -136,6 +136,7 @@ def doctor(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tokenmill.train.doctor import diagnose
+    from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL
 
     if not args.run:
         raise TokenmillError("tokenmill train doctor RUN: name the run's output folder")
@@ -143,7 +144,7 @@ def doctor(args: argparse.Namespace) -> int:
     if not run.is_dir():
         raise TokenmillError(f"tokenmill train doctor: {run}: no such folder")
     found = diagnose(run)
-    if not (run / "events.jsonl").exists() and not (run / "metrics.jsonl").exists():
+    if EVENTS_JSONL in found.missing and METRICS_JSONL in found.missing:
         raise TokenmillError(f"tokenmill train doctor: {run}: neither events.jsonl nor metrics.jsonl (not a train "
                              "run's output folder?)")
     if getattr(args, "json", False):
@@ -152,7 +153,7 @@ def doctor(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 120))
     console.print(found.summary(), markup=False, highlight=False)
     for name in found.missing:
-        console.print(f"note: no {name}" + (" (an older run: ranks' values not shown)" if name == "ranks.jsonl"
+        console.print(f"note: no {name}" + (" (an older run: ranks' values not shown)" if name == RANKS_JSONL
                                            else ""), markup=False, highlight=False)
     for name, bad in found.unreadable.items():
         console.print(f"note: {name}: {bad} line(s) not JSON skipped (a killed run's truncated last line?)",

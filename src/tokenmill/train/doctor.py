@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tokenmill.train.fingerprints import METRICS
+from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines
 
 # The kinds of fault an entry has today; the replay of issue 22 adds "transient" and "hardware" (and confirms "data")
 # by writing a ``classification`` into its events: an event that names one gives its entry that kind, unread here.
@@ -67,33 +69,15 @@ class Diagnosis:
                 "unreadable_lines": self.unreadable}
 
 
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The rows of a JSON-lines file and how many lines were not JSON (a truncated last line); none if absent."""
-    if not path.exists():
-        return [], 0
-    rows, bad = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            bad += 1
-    return rows, bad
-
-
 def diagnose(run: Path) -> Diagnosis:
     """Read a train run's output folder and classify its faults."""
-    files = {name: read_jsonl(run / f"{name}.jsonl") for name in ("events", "ranks", "metrics")}
-    missing = [f"{name}.jsonl" for name in files if not (run / f"{name}.jsonl").exists()]
-    unreadable = {f"{name}.jsonl": bad for name, (_, bad) in files.items() if bad}
-    faults, notes = classify(files["events"][0], files["ranks"][0], files["metrics"][0])
-    steps = max((r["step"] for r in files["metrics"][0] if isinstance(r.get("step"), int) and not r.get("rolled_back")
+    logs = {name: JsonLines(run / name, True) for name in (EVENTS_JSONL, RANKS_JSONL, METRICS_JSONL)}
+    missing = [name for name, log in logs.items() if not log.path.exists()]
+    read = {name: log.read() for name, log in logs.items()}
+    unreadable = {name: bad for name, (_, bad) in read.items() if bad}
+    (events, _), (ranks, _), (metrics, _) = read.values()
+    faults, notes = classify(events, ranks, metrics)
+    steps = max((r["step"] for r in metrics if isinstance(r.get("step"), int) and not r.get("rolled_back")
                  and "loss" in r), default=0)
     return Diagnosis(str(run), steps, faults, notes, missing, unreadable)
 
@@ -118,15 +102,15 @@ def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
             continue
         step = event.get("step")
         last = faults[-1] if faults else None
-        same = last is not None and last.step == step and last.resumed_from_step is None and last.events[-1].get(
-            "action") in ("rank_anomaly",)
+        same = (last is not None and last.step == step and last.resumed_from_step is None
+                and last.events[-1].get("action") == "rank_anomaly")
         if action == "rank_anomaly":
             entry = last if same else _new(faults, event, RANK, "rank anomaly", "flagged; run went on")
             rank = {k: event.get(k) for k in ("rank", "host", "device", "reason")}
             rows = flagged.get((step, event.get("rank")))
             if rows:  # the k-th anomaly of a (step, rank) is its k-th flagged row
                 row = rows.pop(0)
-                rank["values"] = {k: row.get(k) for k in ("loss", "grad_norm_local", "grad_norm_shard")}
+                rank["values"] = {k: row.get(k) for k in METRICS}
             entry.ranks.append(rank)
             if same:
                 entry.events.append(event)

@@ -164,8 +164,7 @@ def param_checksum(params: list[torch.Tensor]) -> int:
     total = 0
     words = {2: torch.int16, 4: torch.int32, 8: torch.int64}
     for p in params:
-        t = p.detach()
-        t = t.to_local() if hasattr(t, "to_local") else t
+        t = _local(p.detach())
         if t.numel() == 0:
             continue
         w = t.reshape(-1).view(words[t.element_size()])
@@ -279,8 +278,9 @@ class Fingerprints:
         total norm, the same value at no cost), and the checksum or NaN."""
         t0 = time.perf_counter()
         if self.sharded:
-            local = math.sqrt(self.tap.take()) if self.tap is not None else math.nan
+            local = math.nan  # no tap on this torch: not measured
             if self.tap is not None:
+                local = math.sqrt(self.tap.take())
                 self.tap.measure = False
                 self.seconds += self.tap.seconds
         else:
@@ -289,8 +289,9 @@ class Fingerprints:
         self.seconds += time.perf_counter() - t0
         return [loss, local, shard, checksum]
 
-    def gather(self, step: int, values: list[float]) -> tuple[list[dict[str, Any]], list[Anomaly]]:
-        """Every rank's values (one all_gather), their ranks.jsonl rows, and the anomalies found."""
+    def gather(self, step: int, values: list[float], rows: bool = True) -> tuple[list[dict[str, Any]], list[Anomaly]]:
+        """Every rank's values (one all_gather), their ranks.jsonl rows (none unless ``rows``: only the rank that
+        writes ranks.jsonl needs them), and the anomalies found."""
         t0 = time.perf_counter()
         mine = torch.tensor(values, dtype=torch.float64, device=self.device)
         if self.world_size > 1:
@@ -303,10 +304,13 @@ class Fingerprints:
         anomalies = [Anomaly(step, r, self.hosts[r], self.devices[r], metric, rule, value, ref, score,
                              tuple(float(v) for v in table[:, METRICS.index(metric)]))
                      for r, metric, rule, value, ref, score in found]
+        if not rows:
+            self.seconds += time.perf_counter() - t0
+            return [], anomalies
         flagged: dict[int, list[str]] = {}
         for a in anomalies:
             flagged.setdefault(a.rank, []).append(a.metric)
-        rows = []
+        table_rows = []
         for r in range(self.world_size):
             row: dict[str, Any] = {"step": step, "rank": r, "host": self.hosts[r], "device": self.devices[r]}
             row.update({m: float(table[r, j]) for j, m in enumerate(METRICS)})
@@ -314,9 +318,9 @@ class Fingerprints:
             row["param_checksum"] = None if math.isnan(checksum) else int(checksum)
             if r in flagged:
                 row["flagged"] = flagged[r]
-            rows.append(row)
+            table_rows.append(row)
         self.seconds += time.perf_counter() - t0
-        return rows, anomalies
+        return table_rows, anomalies
 
 
 def anomaly_event(step: int, anomalies: list[Anomaly]) -> list[dict[str, Any]]:

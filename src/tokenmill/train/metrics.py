@@ -11,6 +11,9 @@ from typing import Any
 
 import torch
 
+#: The JSON-lines logs in a run's output folder (written by the trainer, read by ``tokenmill train doctor``).
+METRICS_JSONL, EVENTS_JSONL, RANKS_JSONL = "metrics.jsonl", "events.jsonl", "ranks.jsonl"
+
 # Dense bf16 peak TFLOP/s per device (vendor datasheets, no sparsity).
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A10G": 125.0, "L4": 121.0, "V100": 125.0}
 
@@ -81,3 +84,23 @@ class JsonLines:
         if not self.path.exists():
             return []
         return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def read(self) -> tuple[list[dict[str, Any]], int]:
+        """The rows that parse, and how many lines did not (a killed run's truncated last line); none if absent.
+        For readers of a finished or killed run (``tokenmill train doctor``); ``rows`` raises on a bad line."""
+        if not self.path.exists():
+            return [], 0
+        rows, bad = [], 0
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                bad += 1
+        return rows, bad

@@ -36,7 +36,7 @@ from tokenmill.train.distributed import Distributed, setup
 from tokenmill.train.faults import TrainFaults
 from tokenmill.train.fingerprints import Anomaly, Fingerprints, anomaly_event, install_tap
 from tokenmill.train.guard import DivergenceGuard, Verdict
-from tokenmill.train.metrics import JsonLines, memory, peak_tflops
+from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines, memory, peak_tflops
 from tokenmill.train.model import OPTDecoder, model_config
 from tokenmill.train.report import LogReporter, QuietReporter, TrainReporter
 from tokenmill.train.schedule import learning_rate
@@ -90,8 +90,8 @@ class Trainer:
         self.d = d
         self.say: TrainReporter = self.reporter if d.main else QuietReporter()
         self.out.mkdir(parents=True, exist_ok=True)
-        self.metrics = JsonLines(self.out / "metrics.jsonl", d.main)
-        self.events = JsonLines(self.out / "events.jsonl", d.main)
+        self.metrics = JsonLines(self.out / METRICS_JSONL, d.main)
+        self.events = JsonLines(self.out / EVENTS_JSONL, d.main)
         weights = cfg.weights if cfg.weights is not None else [x.weight for x in cfg.data]
         self.loader = TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                                   micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
@@ -110,7 +110,7 @@ class Trainer:
             fp.enabled or (self.faults is not None and self.faults.plan.grad is not None)) else None
         self.fingerprints = Fingerprints(fp, d.rank, d.world_size, d.device, self.tap, self.sharded) \
             if fp.enabled else None
-        self.ranks = JsonLines(self.out / "ranks.jsonl", d.main and fp.enabled)
+        self.ranks = JsonLines(self.out / RANKS_JSONL, d.main and fp.enabled)
         self.local_loss = float("nan")
         self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
                                            eps=cfg.eps)
@@ -309,20 +309,19 @@ class Trainer:
         if fingerprints is not None:
             fingerprints.begin_step()
         loss_value, batch = self.forward_backward(step)
+        params = list(self.model.parameters())
         if faults is not None and self.tap is None and faults.grad_due(step):
-            faults.corrupt(step, [p.grad for p in self.model.parameters() if p.grad is not None])
+            faults.corrupt(step, [p.grad for p in params if p.grad is not None])
         # This rank's shard norm, before clipping scales the gradients (one rank: the clipping's norm is the same).
-        shard = fingerprints.shard_norm(list(self.model.parameters())) \
-            if fingerprints is not None and self.sharded else None
+        shard = fingerprints.shard_norm(params) if fingerprints is not None and self.sharded else None
         clip = cfg.grad_clip * self.guard.clip_scale
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+        norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         grad_norm = float(norm)
         if fingerprints is not None:  # one all_gather; every rank sees every rank's values, before any update
-            local = fingerprints.local(step, self.local_loss, list(self.model.parameters()),
-                                       grad_norm if shard is None else shard)
-            rows, anomalies = fingerprints.gather(step, local)
+            local = fingerprints.local(step, self.local_loss, params, grad_norm if shard is None else shard)
+            rows, anomalies = fingerprints.gather(step, local, rows=self.ranks.enabled)
             self.ranks.write_many(rows)
             if anomalies:
                 self._rank_anomaly(step, batch, anomalies)
@@ -506,8 +505,8 @@ class Trainer:
                    "first_loss": first_loss, "loss": last.get("loss"), "valid_loss": last.get("valid_loss"), "tokens": self.tokens_seen,
                    "tokens_per_s": last.get("tokens_per_s"), "mfu": last.get("mfu"),
                    "rollbacks": self.guard.rollbacks, "world_size": d.world_size, "device": str(d.device),
-                   "params": self.model.num_params(), "metrics": str(self.out / "metrics.jsonl"),
-                   "events": str(self.out / "events.jsonl"), "checkpoints": str(self.out / "checkpoints")}
+                   "params": self.model.num_params(), "metrics": str(self.out / METRICS_JSONL),
+                   "events": str(self.out / EVENTS_JSONL), "checkpoints": str(self.out / "checkpoints")}
         if d.main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         return summary
