@@ -168,3 +168,23 @@ def test_check_passes_on_an_identical_run(small_demo, capsys):
     root, dest = small_demo
     assert golden.main(["check", str(root / "run_default"), "--dest", str(dest)]) == 0
     assert "matches" in capsys.readouterr().out
+
+
+def test_each_long_token_file_records_the_sha256_of_its_head(demo_run):
+    """tokens.json records, for each .bin longer than HEAD_BYTES, the sha256 of its first HEAD_BYTES (what a
+    streaming loader fetches alone for the sample running into the file), that of the file's own bytes; none for a
+    shorter one. The demo's book files are longer, its others shorter."""
+    import hashlib
+
+    from tokenmill.tokenize.tokens_json import HEAD_BYTES
+
+    index = json.loads((demo_run / "tokenize" / "tokens.json").read_text())
+    heads = 0
+    for split in index["splits"].values():
+        for f in split["files"]:
+            raw = (demo_run / "tokenize" / f"{f['prefix']}.bin").read_bytes()
+            assert ("head" in f) == (len(raw) > HEAD_BYTES), f["prefix"]
+            if "head" in f:
+                assert f["head"] == {"bytes": HEAD_BYTES, "sha256": hashlib.sha256(raw[:HEAD_BYTES]).hexdigest()}
+                heads += 1
+    assert 0 < heads < sum(len(split["files"]) for split in index["splits"].values())

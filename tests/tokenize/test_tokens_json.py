@@ -60,6 +60,10 @@ def _written(tmp_path, edit) -> str:
     (lambda i: i.pop("splits"), "splits"),
     (lambda i: i["splits"]["train"]["files"][0]["by_source"]["alpha"].pop("documents"),
      "splits.train.files[0].by_source.alpha.documents"),
+    (lambda i: i["splits"]["train"]["files"][0].update(head={"bytes": 0, "sha256": "ab"}),
+     "splits.train.files[0].head.bytes"),
+    (lambda i: i["splits"]["train"]["files"][0].update(head={"bytes": 64}), "splits.train.files[0].head.sha256"),
+    (lambda i: i["splits"]["train"]["files"][0].update(head=[64]), "splits.train.files[0].head"),
 ])
 def test_a_bad_key_is_named_with_the_file(tmp_path, edit, key):
     path = _written(tmp_path, edit)
@@ -95,3 +99,13 @@ def test_every_reader_refuses_the_same_bad_index(tmp_path, monkeypatch):
         token_index(run)
     datasets = SimpleNamespace(data=[SimpleNamespace(path=str(run))])  # only what resolved_paths reads
     assert TrainConfig.resolved_paths(datasets) == [path]
+
+
+def test_the_head_record_is_the_sha256_of_the_bins_first_bytes():
+    import hashlib
+
+    raw = bytes(range(256)) * 1024  # 256 KiB
+    assert tokens_json.head_record(raw) == {"bytes": tokens_json.HEAD_BYTES,
+                                            "sha256": hashlib.sha256(raw[:tokens_json.HEAD_BYTES]).hexdigest()}
+    assert tokens_json.head_record(raw[:tokens_json.HEAD_BYTES]) is None  # no longer than its head: fetched whole
+    assert tokens_json.head_record(raw[:100], 64)["sha256"] == hashlib.sha256(raw[:64]).hexdigest()

@@ -9,10 +9,14 @@ config, ``tokenmill tokens stats/verify`` and ``tokenmill.inspect.tokens`` read 
      "splits": {"train": {"documents": ..., "tokens": ..., "files": [
          {"prefix": "train/<shard>.0000", "documents": ..., "tokens": ...,
           "by_source": {"<source>": {"documents": ..., "tokens": ..., "subsets": {...}}},
-          "engine": "tiktoken", "sha256": {".bin": ..., ".idx": ..., ".docs.parquet": ...}}, ...]}, "valid": ...}}
+          "engine": "tiktoken", "sha256": {".bin": ..., ".idx": ..., ".docs.parquet": ...},
+          "head": {"bytes": 131072, "sha256": ...}}, ...]}, "valid": ...}}
 
 Each file entry's ``prefix`` names its ``.bin``/``.idx``/``.docs.parquet`` relative to the folder of the index;
-files are sorted by prefix, the order of the loader's streams. Only numpy is imported: the loader needs no pyarrow.
+files are sorted by prefix, the order of the loader's streams. ``head`` (optional; written for a ``.bin`` longer than
+`HEAD_BYTES`) is the sha256 of the ``.bin``'s first ``bytes``: a streaming loader fetches that range alone, verified,
+for the one sample that runs from the previous file into this one, instead of the whole file. Only numpy is imported:
+the loader needs no pyarrow.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ FORMAT = "megatron-mmidx"
 VERSION = 1
 """The layout this module writes; `read` refuses a newer one (written by a newer tokenmill)."""
 TOKENIZER_FILE = "tokenizer.json"
+HEAD_BYTES = 128 * 1024
+"""The range of a ``.bin`` whose sha256 an entry's ``head`` records: a sample's ``seq_len + 1`` tokens fit in it up to
+``seq_len`` 65,535 (uint16) or 32,767 (uint32); a longer one reads the whole next file."""
 
 
 class DataError(TokenmillError, ValueError):
@@ -118,7 +125,22 @@ def _file(value: Any, where: str, key: str) -> dict:
                           for s, c in _mapping(entry.get("by_source", {}), where, f"{key}.by_source").items()}
     entry["sha256"] = {ext: _string(h, where, f"{key}.sha256.{ext}")
                        for ext, h in _mapping(entry.get("sha256", {}), where, f"{key}.sha256").items()}
+    if "head" in entry:
+        head = entry["head"] = dict(_mapping(entry["head"], where, f"{key}.head"))
+        if not _count(head.get("bytes"), where, f"{key}.head.bytes"):
+            raise _fail(where, f"{key}.head.bytes", "expected a positive count, found 0")
+        _string(head.get("sha256"), where, f"{key}.head.sha256")
     return entry
+
+
+def head_record(bin_bytes, head_bytes: int = HEAD_BYTES) -> dict | None:
+    """A file entry's ``head``: the sha256 of the first ``head_bytes`` of a ``.bin`` (None for a file no longer,
+    which a loader fetches whole)."""
+    import hashlib
+
+    if len(bin_bytes) <= head_bytes:
+        return None
+    return {"bytes": head_bytes, "sha256": hashlib.sha256(memoryview(bin_bytes)[:head_bytes]).hexdigest()}
 
 
 def validate(data: Any, where: str | Path = FILE) -> dict:

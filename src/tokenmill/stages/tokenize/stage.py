@@ -320,6 +320,7 @@ class _SplitFiles:
         # phase is one task, and reading every token file back there grew with the whole run.
         digests = {".bin": hashlib.sha256(bin_bytes).hexdigest(), ".idx": hashlib.sha256(idx_bytes).hexdigest()}
         sizes = {".bin": len(bin_bytes), ".idx": len(idx_bytes)}
+        head = tokens_json.head_record(bin_bytes)
         self.ctx.write(f"{stem}.bin", bin_bytes)
         del bin_bytes
         self.ctx.write(f"{stem}.idx", idx_bytes)
@@ -331,8 +332,11 @@ class _SplitFiles:
         digests[".docs.parquet"], sizes[".docs.parquet"] = hashlib.sha256(docs_bytes).hexdigest(), len(docs_bytes)
         self.ctx.write(f"{stem}.docs.parquet", docs_bytes)
         engine = "+".join(sorted(self.engines)) or "tokenizers"
-        self.files.append({"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens,
-                           "by_source": by_source(side_table), "engine": engine, "sha256": digests, "bytes": sizes})
+        entry = {"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens,
+                 "by_source": by_source(side_table), "engine": engine, "sha256": digests, "bytes": sizes}
+        if head is not None:
+            entry["head"] = head
+        self.files.append(entry)
         self.ctx.write(f"{stem}.engine", engine.encode())
         self._rows, self._lengths, self._in_file = [], [], 0
 
@@ -379,7 +383,7 @@ class WriteIndex(Phase):
                 if info is not None and all(sizes.get(prefix + ext) == n for ext, n in info["bytes"].items()) \
                         and info["bytes"][".bin"] == info["tokens"] * itemsize:
                     entries.append({k: info[k] for k in ("prefix", "documents", "tokens", "by_source", "engine",
-                                                         "sha256")})
+                                                         "sha256", "head") if k in info})
                     continue
                 # Read through the run's filesystem (a shared disk or an object store), each file once.
                 data = {ext: storage.read_bytes(ctx.fs, prefix + ext) for ext in (".bin", ".idx", ".docs.parquet")}
@@ -393,6 +397,7 @@ class WriteIndex(Phase):
                     "by_source": by_source(side),
                     "engine": storage.read_bytes(ctx.fs, prefix + ".engine").decode(),
                     "sha256": {ext: hashlib.sha256(raw).hexdigest() for ext, raw in data.items()},
+                    **({"head": head} if (head := tokens_json.head_record(data[".bin"])) is not None else {}),
                 })
             splits[split] = entries
         index = tokens_json.build(
