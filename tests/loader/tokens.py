@@ -14,11 +14,12 @@ EOS = 0
 
 
 def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_source: int = 2,
-                  split: str = "train", vocab_size: int = 65000) -> Path:
+                  split: str = "train", vocab_size: int = 65000, head_bytes: int | None = None) -> Path:
     """Documents (token lists, without EOS) per source, spread over files; returns the tokens.json path.
 
     Every document gets the EOS id appended, as the tokenize stage writes them; a sidecar names each document
-    ``<source>-<n>``.
+    ``<source>-<n>``. ``head_bytes``: each file's head recorded as the stage records it (`tokens_json.head_record`),
+    of that many bytes instead of the stage's `HEAD_BYTES` (these files are smaller).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -48,6 +49,9 @@ def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_sou
             entries.append({"prefix": prefix, "documents": len(ids), "tokens": sum(lengths),
                             "by_source": {source: {"documents": len(ids), "tokens": sum(lengths)}},
                             "sha256": {".bin": hashlib.sha256(bin_path.read_bytes()).hexdigest()}})
+            head = None if head_bytes is None else tokens_json.head_record(bin_path.read_bytes(), head_bytes)
+            if head is not None:
+                entries[-1]["head"] = head
     path = root / tokens_json.FILE
     # A second call with another split adds it to the same index.
     splits = {sp: e["files"] for sp, e in tokens_json.read(path).splits.items()} if path.exists() else {}

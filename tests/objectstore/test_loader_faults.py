@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from tests.loader.streaming import BUCKET, KW, URI, dataset, folder_bytes, upload
@@ -93,6 +94,29 @@ def test_a_corrupt_object_is_refused_naming_it(data, tmp_path, s3_server, caplog
     assert not any(p.name.startswith(sha[:40]) for p in (tmp_path / "cache").iterdir())  # nothing of it kept
 
 
+def test_a_corrupt_head_is_refused_naming_it(data, tmp_path, s3_server):
+    """The head of a .bin read alone (for the sample running into it) is checked against its own recorded sha256:
+    a bit flipped in it is refused, naming the object and the range."""
+    from tokenmill.loader.streams import HEAD
+
+    path, total, root = data
+    loader = TokenLoader(URI, cache_dir=tmp_path / "cache", cache_bytes=total // 4, shuffle_block="file", **KW)
+    stream = loader.streams[0]
+    assert stream.heads and (stream.name, 1, HEAD) in loader.fetcher.objects
+    prefix = stream.files[1].prefix
+    good = (root / (prefix.rsplit("/tokenize/", 1)[1] + ".bin")).read_bytes()
+    loader.fetcher.hold([(stream, 1, HEAD)])  # the good head: read and checked
+    assert stream.read(int(stream._starts[1]), 8).tolist() == np.frombuffer(good[:16], np.uint16).tolist()
+    loader.fetcher.release_all()
+    loader.close()
+    s3_server.client().put_object(Bucket=BUCKET, Key=prefix.split(f"s3://{BUCKET}/", 1)[1] + ".bin",
+                                  Body=bytes([good[3] ^ 4]).join([good[:3], good[4:]]))
+    loader = TokenLoader(URI, cache_dir=tmp_path / "cache2", cache_bytes=total // 4, shuffle_block="file", **KW)
+    with pytest.raises(DataError, match=rf"{prefix}\.bin \(its first 64 bytes\): sha256 .* differs"):
+        loader.fetcher.hold([(loader.streams[0], 1, HEAD)])
+    loader.close()
+
+
 KILLED = """
 import sys
 from tokenmill.loader import TokenLoader, remote
@@ -172,3 +196,44 @@ def test_a_lock_the_parent_holds_when_it_forks_stays_the_parents(tmp_path, which
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked process still waits for a lock its parent released")
+
+
+class _SlowStore:
+    """A store whose every download takes a while (so that two processes find an object absent together)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def download(self, uri, begin, cancelled=None, length=None):
+        out = begin(len(self.data))
+        time.sleep(0.05)
+        out.write(self.data)
+        return hashlib.sha256(self.data).hexdigest(), len(self.data), out
+
+
+def test_a_process_that_finds_a_file_absent_never_waits_for_anothers_pin(tmp_path):
+    """Two processes (two caches on one folder: their own lock descriptors, as two DataLoader workers have) pin the
+    same absent object at the same moment; the one that fetches it keeps it pinned. The other must get it too, not
+    wait for that pin's release (it did, blocked in flock for LOCK_EX, while the first waited for its batch)."""
+    from tokenmill.loader.cache import CachedObject, TokenCache
+
+    data = b"tokens" * 1000
+    for trial in range(12):
+        obj = CachedObject(f"s3://b/{trial}.bin", f"{trial:040d}.bin", hashlib.sha256(data).hexdigest(), len(data))
+        caches = [TokenCache(tmp_path / "cache", 1 << 20, _SlowStore(data)) for _ in range(2)]
+        start, done = threading.Barrier(2), []
+
+        def pin(cache):
+            start.wait()
+            cache.pin(obj)  # and keep it pinned
+            done.append(cache)
+
+        threads = [threading.Thread(target=pin, args=(c,), daemon=True) for c in caches]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert len(done) == 2, f"trial {trial}: a pin waits for the other's"
+        assert (tmp_path / "cache" / obj.name).read_bytes() == data
+        for c in caches:
+            c.release_all()

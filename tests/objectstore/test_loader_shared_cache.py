@@ -60,3 +60,4 @@ def test_two_ranks_share_one_cache(tmp_path, s3_server, share):
         assert gets and max(gets.values()) == 1, gets.most_common(3)
         assert sum(o["files_fetched"] for o in outs) == len(gets)
         assert all(o["files_fetched"] > 0 for o in outs)  # both ranks fetched, neither twice what the other did
+        assert not any(p.suffix == ".head" for p in cache.iterdir())  # all the data fits: no file read by its head

@@ -20,6 +20,8 @@ in ``blocks`` contiguous ranges of ``block`` samples (a file or two each when a 
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from tokenmill.loader.permutation import FeistelPermutation, round_keys
@@ -80,3 +82,65 @@ class BlockShuffle:
             slot, within = np.divmod(inner, self.block)
             out[head] = self._order(w * self.blocks + slot) * self.block + within
         return out.reshape(x.shape)
+
+
+class FileBlockShuffle:
+    """The same shuffle over blocks of unequal sizes given by their edges: block ``b`` is samples
+    ``[edges[b], edges[b + 1])``. With a block per token file (the samples that start in it), a window of ``blocks``
+    blocks reads those files and, for the one sample that runs on into the next file, that file's recorded head:
+    a streaming loader fetches each file about once per epoch (`TokenStream.parts`), as MosaicML Streaming and litdata
+    do with their shards and chunks. O(blocks) memory (two arrays), O(log blocks) per place."""
+
+    def __init__(self, edges, blocks: int, key: tuple):
+        edges = np.unique(np.asarray(edges, dtype=np.int64))  # empty blocks (a file shorter than a sample) dropped
+        if blocks < 1 or len(edges) < 1 or edges[0] != 0:
+            raise ValueError(f"blocks must be positive and edges start at 0, got {blocks} and {edges[:3]}")
+        self.n, self.blocks, self.key = int(edges[-1]), int(blocks), tuple(key)
+        self.edges = edges
+        count = len(edges) - 1
+        self._order = FeistelPermutation(count, round_keys(*self.key, "file-blocks"))(np.arange(count))
+        sizes = np.diff(edges)[self._order]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # places of the ordered blocks
+        self._starts = self._offsets[::self.blocks]  # each window's first place (and the end, when it divides)
+        if self._starts[-1] != self.n:
+            self._starts = np.append(self._starts, self.n)
+        self._windows: dict[int, FeistelPermutation] = {}
+
+    def _inner(self, w: int) -> FeistelPermutation:
+        perm = self._windows.get(w)
+        if perm is None:
+            perm = FeistelPermutation(int(self._starts[w + 1] - self._starts[w]),
+                                      round_keys(*self.key, "file-window", w))
+            if len(self._windows) > 256:
+                self._windows.clear()
+            self._windows[w] = perm
+        return perm
+
+    def _one(self, p: int) -> int:
+        """One place in Python integers (bisect on lists): a micro-batch's handful costs no numpy calls."""
+        lists = self.__dict__.get("_lists")
+        if lists is None:
+            lists = self._lists = (self._starts.tolist(), self._offsets.tolist(), self._order.tolist(),
+                                   self.edges.tolist())
+        starts, offsets, order, edges = lists
+        w = bisect.bisect_right(starts, p) - 1
+        perm, o = self._inner(w), p - starts[w]
+        place = starts[w] + (perm._one(o) if perm.n > 1 else o)
+        slot = bisect.bisect_right(offsets, place) - 1
+        return edges[order[slot]] + place - offsets[slot]
+
+    def __call__(self, positions) -> np.ndarray:
+        x = np.asarray(positions, dtype=np.int64)
+        if x.size and (int(x.min()) < 0 or int(x.max()) >= self.n):
+            raise IndexError(f"positions must lie in [0, {self.n})")
+        flat = x.ravel()
+        w = np.searchsorted(self._starts, flat, side="right") - 1
+        inner = np.empty_like(flat)
+        for win in np.unique(w):
+            sel = w == win
+            perm = self._inner(int(win))
+            o = flat[sel] - self._starts[win]
+            inner[sel] = perm(o) if perm.n > 1 else o
+        place = self._starts[w] + inner
+        slot = np.searchsorted(self._offsets, place, side="right") - 1
+        return (self.edges[self._order[slot]] + place - self._offsets[slot]).reshape(x.shape)

@@ -49,6 +49,8 @@ class CachedObject:
     """As recorded ("" when not: then it is used unchecked)."""
     size: int | None = None
     """Its size when known in advance (a ``.bin``: tokens x item size); checked against the store's."""
+    length: int | None = None
+    """Only the object's first ``length`` bytes (a ``.bin``'s head: ``sha256`` is theirs)."""
 
 
 # Every lock file this process has open. A flock belongs to the open file description, which a forked child's copy
@@ -105,7 +107,7 @@ class TokenCache:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._mutex = threading.RLock()
-        self._held: dict[str, object] = {}  # name -> its lock file, held shared
+        self._held: dict[str, list] = {}  # name -> [its lock file, held shared; pins of it not yet released]
         self.window: set[str] = set()  # names this process will read soon: never evicted by it
         self.stats = {"bytes_fetched": 0, "files_fetched": 0, "cache_peak_bytes": 0, "evicted": 0}
 
@@ -135,35 +137,52 @@ class TokenCache:
         self._mine()
         path = self.path(obj)
         with self._mutex:
-            if obj.name in self._held:
+            held = self._held.get(obj.name)
+            if held is not None:  # pinned already (a .idx is pinned with its .bin and with its head): one more pin
+                held[1] += 1
                 return path
         lock = self._lock_file(obj.name)
         try:
             while True:
-                _flock(lock, fcntl.LOCK_SH)
+                _flock(lock, fcntl.LOCK_SH)  # waits only while another process downloads it (exclusive)
                 if path.is_file():
                     os.utime(path)  # recently used: the last to be evicted
                     with self._mutex:
-                        self._held[obj.name] = lock
+                        self._held[obj.name] = [lock, 1]
                     return path
-                _flock(lock, fcntl.LOCK_EX)  # waits for another process fetching it, then looks again
-                if not path.is_file():
-                    self._download(obj, wait=True)
+                # Absent: fetch it, if no other process is looking at it too. Never a blocking wait for the
+                # exclusive lock: another process that found it absent at the same moment may fetch it and then
+                # hold it pinned (shared) for as long as it reads it, and a DataLoader worker waiting here would
+                # wait for that pin, while the process holding it waits for this worker's batch (seen: two workers
+                # stuck for good).
+                if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                    if not path.is_file():
+                        self._download(obj, wait=True)
+                else:
+                    time.sleep(0.01)  # another process fetches it (then shared waits for it) or has it already
                 # Back to shared and look again: between the two an evictor may have taken it (then fetch again).
         except BaseException:
             lock.close()
             raise
 
     def release(self, name: str) -> None:
+        """One pin of ``name`` let go; its last drops the shared lock: evictable again."""
         with self._mutex:
-            lock = self._held.pop(name, None)
-        if lock is not None:
-            lock.close()  # drops the shared lock: evictable again
+            held = self._held.get(name)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del self._held[name]
+        held[0].close()
 
     def release_all(self) -> None:
         self._mine()
-        for name in list(self._held):
-            self.release(name)
+        with self._mutex:
+            held, self._held = self._held, {}
+        for lock, _ in held.values():
+            lock.close()
 
     def prefetch(self, obj: CachedObject, cancelled=None) -> None:
         """Fetch the object if absent and there is room without waiting; never pins it. Another process already
@@ -195,17 +214,18 @@ class TokenCache:
                 return None if tmp is None else open(tmp, "r+b")  # noqa: SIM115 - closed below
 
             try:
-                digest, size, out = self.store.download(obj.uri, begin, cancelled)
+                digest, size, out = self.store.download(obj.uri, begin, cancelled, obj.length)
                 if out is None:
                     return False
                 out.close()
                 if obj.sha256 and digest != obj.sha256:
+                    what = obj.uri if obj.length is None else f"{obj.uri} (its first {obj.length} bytes)"
                     if attempt == 1:
                         # A transfer can go wrong where the object did not: fetch it once more before refusing.
-                        log.warning("%s: sha256 %s… differs from tokens.json's %s…; fetching it again", obj.uri,
+                        log.warning("%s: sha256 %s… differs from tokens.json's %s…; fetching it again", what,
                                     digest[:16], obj.sha256[:16])
                         continue
-                    raise DataError(f"{obj.uri}: sha256 {digest[:16]}… differs from {obj.sha256[:16]}… recorded in "
+                    raise DataError(f"{what}: sha256 {digest[:16]}… differs from {obj.sha256[:16]}… recorded in "
                                     "tokens.json, twice: the object is corrupt or changed since the tokenize stage "
                                     "wrote it; restore it or rerun the tokenize stage")
                 with self._cache_lock():

@@ -86,7 +86,7 @@ class _Plan:
             if stream.fetcher is not None:
                 # A remote stream: this sample's files pinned while it is read (one sample at a time, so a process
                 # needs room for one sample's files, not a micro-batch's); the others kept open within a budget.
-                stream.fetcher.hold([(stream, i) for i in stream.file_range(start, start + seq_len + 1)])
+                stream.fetcher.hold([(stream, *part) for part in stream.parts(start, start + seq_len + 1)])
             stream.read(start, seq_len + 1, out=tokens[row])
             if positions is not None:
                 # Positions restart at each document's first token (Megatron's reset_position_ids).
@@ -96,17 +96,18 @@ class _Plan:
                 positions[row] = np.arange(seq_len) - np.maximum.accumulate(starts)
         return tokens, positions
 
-    def files_read(self, where) -> list[tuple[int, int]]:
-        """(stream, file) of every file the located samples read, each once, in order of first use."""
-        seen: dict[tuple[int, int], None] = {}
+    def files_read(self, where) -> list[tuple]:
+        """(stream, file) or (stream, file, HEAD) of every file or head the located samples of remote streams
+        read, each once, in order of first use."""
+        seen: dict[tuple, None] = {}
         seq_len = self.order.seq_len
         for s, sample in zip(where.stream.tolist(), where.sample.tolist()):
             stream = self.order.streams[s]
             if stream.fetcher is None:
                 continue
             start = sample * seq_len
-            for i in stream.file_range(start, start + seq_len + 1):
-                seen[(s, i)] = None
+            for part in stream.parts(start, start + seq_len + 1):
+                seen[(s, *part)] = None
         return list(seen)
 
     def upcoming(self, ids) -> Iterator[tuple[tuple[int, int], list[tuple[str, int]], Located]]:
@@ -123,7 +124,7 @@ class _Plan:
             for j, ident in enumerate(group):
                 part = slice(j * mb, (j + 1) * mb)
                 rows = Located(where.stream[part], where.sample[part], where.epoch[part])
-                yield ident, [(self.order.streams[s].name, i) for s, i in self.files_read(rows)], rows
+                yield ident, [(self.order.streams[s].name, *part) for s, *part in self.files_read(rows)], rows
 
 
 def _own_chunks(sequence, chunk: int, worker: int, workers: int) -> Iterator[list[tuple[int, int]]]:
@@ -188,13 +189,15 @@ class TokenLoader:
             streams to serve. A name that matches no stream is a ValueError naming it.
         split: the tokenize split to read (``train`` or ``valid``).
         shuffle: False serves each stream in order (samples 0, 1, 2, ...).
-        shuffle_block: None (default): each stream's samples in a global shuffle per epoch. An int: a block
-            shuffle (`tokenmill.loader.blockshuffle`): the stream is cut into blocks of this many consecutive samples,
-            the blocks are shuffled, and samples are shuffled within windows of ``shuffle_window`` blocks. For a
-            `tokens.json` URI whose cache holds less than the data: with a global shuffle nearly every sample needs
-            another whole file; here a window needs about 2 x ``shuffle_window`` files at once when a block is about
-            a file's samples (``tokens / seq_len`` of a typical file). It changes the order, so it is part of the
-            state: the same setting gives the same samples read locally or streamed.
+        shuffle_block: None (default): each stream's samples in a global shuffle per epoch. ``"file"``: a block
+            shuffle by token file (`tokenmill.loader.blockshuffle.FileBlockShuffle`): each file's samples (those that
+            start in it) are a block, the blocks are shuffled, and samples are shuffled within windows of
+            ``shuffle_window`` blocks; the one sample that runs on into the next file reads that file's recorded head
+            (a ranged read), so a window needs ``shuffle_window`` files and each file is fetched about once an epoch.
+            The setting for a `tokens.json` URI whose cache holds less than the data (with a global shuffle nearly
+            every sample needs another whole file). An int: blocks of this many consecutive samples instead (a
+            window then needs about 2 x ``shuffle_window`` files). It changes the order, so it is part of the state:
+            the same setting gives the same samples read locally or streamed.
         shuffle_window: blocks per window of the block shuffle (default 8): more mixes more, and needs more cache.
         position_ids: also yield position ids that restart at every document start.
         pin_memory: pin batches (for a CUDA host), passed to the DataLoader.
@@ -210,13 +213,14 @@ class TokenLoader:
         fetch_timeout: seconds one request to the store is retried (with backoff) before a DataError naming the URI.
         prefetch_threads: threads per process fetching the files of coming micro-batches (0: fetch on demand only).
         prefetch_bytes: how far ahead each process fetches, in bytes of distinct files (default: the data when
-            ``cache_bytes`` holds it, else ``cache_bytes`` halved, split among the workers).
+            ``cache_bytes`` holds it, else ``cache_bytes`` halved: for each process under a block shuffle, whose
+            processes read the same files, split among the workers under a global shuffle).
     """
 
     def __init__(self, paths: Sequence[str], seq_len: int, global_batch_size: int, micro_batch_size: int | None = None,
                  seed: int = 0, rank: int = 0, world_size: int = 1, num_workers: int = 0,
                  weights: dict[str, float] | Sequence[float] | None = None, split: str = "train",
-                 shuffle: bool = True, shuffle_block: int | None = None, shuffle_window: int = 8,
+                 shuffle: bool = True, shuffle_block: int | str | None = None, shuffle_window: int = 8,
                  position_ids: bool = False, pin_memory: bool = False,
                  prefetch_factor: int = 2, verify: bool = True, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None, fetch_timeout: float = 120.0, prefetch_threads: int = 4,
@@ -228,8 +232,11 @@ class TokenLoader:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         for key, value in (("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window)):
+            if key == "shuffle_block" and value == "file":
+                continue
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+                raise ConfigError(f"{key} must be a positive integer" + (' or "file"' if key == "shuffle_block"
+                                                                          else "") + f", got {value!r}")
         self.paths = [str(p) for p in paths]
         self.seq_len, self.seed, self.split = int(seq_len), int(seed), split
         self.num_workers, self.pin_memory, self.prefetch_factor = num_workers, pin_memory, prefetch_factor
@@ -268,6 +275,7 @@ class TokenLoader:
         from tokenmill.loader.cache import CachedObject, TokenCache
         from tokenmill.loader.prefetch import TokenFetcher
         from tokenmill.loader.remote import check_objects, local_name
+        from tokenmill.loader.streams import HEAD
 
         folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         objects, sizes = {}, {}
@@ -284,7 +292,8 @@ class TokenLoader:
                 # One sequence per document, as tokenize writes them: header + lengths, pointers, document indices.
                 sizes[(stream.name, i)] = f.tokens * itemsize + 42 + 20 * f.documents
         check_objects(store, {o.uri: o.size for pair in objects.values() for o in pair})
-        total = sum(sizes.values())
+        whole = dict(sizes)
+        total = sum(whole.values())
         if cache_bytes is None:
             folder.mkdir(parents=True, exist_ok=True)
             fs = os.statvfs(folder)
@@ -293,8 +302,8 @@ class TokenLoader:
             log.info("token cache %s: cache_bytes %d (the remote data %d, free %d)", folder, cache_bytes, total, free)
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes <= 0:
             raise ConfigError(f"cache_bytes must be a positive number of bytes, got {cache_bytes!r}")
-        if sizes:
-            key = max(sizes, key=sizes.get)
+        if whole:
+            key = max(whole, key=whole.get)
             if sizes[key] > cache_bytes:
                 uri = objects[key][0].uri
                 raise ConfigError(f"cache_bytes {cache_bytes} is smaller than one token file: {uri} and its .idx "
@@ -304,17 +313,38 @@ class TokenLoader:
             # one file, or more when a sample crosses file ends.
             least = min((f.tokens for stream in self.streams for f in stream.files
                          if isinstance(f.prefix, str) and f.tokens), default=1)
-            span = min(len(sizes), 1 + -(-self.seq_len // least))
+            span = min(len(whole), 1 + -(-self.seq_len // least))
             pinned = max(1, self.num_workers) * span * sizes[key]
             if pinned > cache_bytes < total:  # (a cache that holds all the data holds any sample's files)
                 raise ConfigError(f"cache_bytes {cache_bytes} cannot hold the files that {max(1, self.num_workers)} "
                                   f"process(es) building micro-batches may read at once (up to {pinned} bytes: "
                                   f"token files of up to {sizes[key]} bytes, a sample spanning up to {span}); raise "
                                   f"cache_bytes to at least {pinned}, or lower num_workers")
+        if cache_bytes < total:
+            # The sample that runs from one file into the next reads the next one's recorded head (a ranged read,
+            # checked against its own sha256), not the whole file: a block of a file's samples needs that file only.
+            for stream in self.streams:
+                if not stream.files or not isinstance(stream.files[0].prefix, str):
+                    continue
+                stream.heads = True
+                for i, f in enumerate(stream.files):
+                    if f.head_bytes and f.head_sha256 and f.head_bytes < f.tokens * stream.dtype.itemsize:
+                        uri, idx = f"{f.prefix}.bin", objects[(stream.name, i)][1]
+                        objects[(stream.name, i, HEAD)] = (
+                            CachedObject(uri, local_name(uri, f.head_sha256, ".head"), f.head_sha256, f.head_bytes,
+                                         length=f.head_bytes), idx)
+                        sizes[(stream.name, i, HEAD)] = f.head_bytes + whole[(stream.name, i)] - f.tokens * \
+                            stream.dtype.itemsize
         if threads < 0:
             raise ConfigError(f"prefetch_threads must be >= 0, got {threads}")
         if window is None:  # all of it when the cache holds the data (nothing to evict), else a share of the cache
-            window = total if cache_bytes >= total else cache_bytes // (2 * max(1, self.num_workers))
+            # With a block shuffle every process of the node reads the same few files at a time (its workers and
+            # the other ranks take turns at the same windows), so their windows are one set of files: half the
+            # cache each lets the next files come while these are read. Under a global shuffle each process reads
+            # files of its own, so the half is split among the workers. (Measured, benchmarks/streaming.py: file
+            # blocks with 2 workers went from 7,861 to 25,148 samples/s at 1.10 bytes fetched per byte used.)
+            share = 1 if self.order.block is not None else max(1, self.num_workers)
+            window = total if cache_bytes >= total else cache_bytes // (2 * share)
         cache = TokenCache(folder, cache_bytes, store, timeout=store.policy.timeout)
         # Files kept open past their micro-batch: all when the cache holds all the data, else the window's share.
         fetcher = TokenFetcher(cache, objects, sizes, int(window), threads,

@@ -4,8 +4,9 @@ Position k goes to a stream by the mixture schedule, as that stream's j-th sampl
 ``j // N`` at place ``j % N``, and a Feistel permutation keyed by (seed, the stream's data fingerprint, seq_len,
 epoch) turns the place into a sample. Nothing depends on world size or workers, nothing is built or cached, and
 a stream that runs out simply starts its next epoch with a new key. With ``block`` set, the permutation is a
-`BlockShuffle` (consecutive places stay within a window of ``blocks`` blocks of ``block`` consecutive samples), the
-order a bounded cache of a streaming loader can follow.
+`BlockShuffle` (consecutive places stay within a window of ``blocks`` blocks of ``block`` consecutive samples), or
+with ``block="file"`` a `FileBlockShuffle` (a block per token file), the order a bounded cache of a streaming loader
+can follow.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenmill.loader.blockshuffle import BlockShuffle
+from tokenmill.loader.blockshuffle import BlockShuffle, FileBlockShuffle
 from tokenmill.loader.mixture import MixtureSchedule
 from tokenmill.loader.permutation import FeistelPermutation, round_keys
 from tokenmill.loader.streams import TokenStream
@@ -31,7 +32,7 @@ class Located:
 
 class GlobalOrder:
     def __init__(self, streams: list[TokenStream], seq_len: int, seed: int, schedule: MixtureSchedule,
-                 shuffle: bool = True, block: int | None = None, blocks: int = 8):
+                 shuffle: bool = True, block: int | str | None = None, blocks: int = 8):
         self.streams = streams
         self.seq_len = seq_len
         self.seed = seed
@@ -41,12 +42,19 @@ class GlobalOrder:
         self.samples = [s.samples(seq_len) for s in streams]
         self._perms: dict[tuple[int, int], FeistelPermutation] = {}
 
-    def permutation(self, stream: int, epoch: int) -> FeistelPermutation | BlockShuffle:
+    def permutation(self, stream: int, epoch: int) -> FeistelPermutation | BlockShuffle | FileBlockShuffle:
         key = (stream, epoch)
         perm = self._perms.get(key)
         if perm is None:
             s = self.streams[stream]
-            if self.block is not None:
+            if self.block == "file":
+                # Block f: the samples whose first token lies in file f (sample i starts at token i * seq_len).
+                n = self.samples[stream]
+                starts = s._starts[:-1]
+                edges = np.minimum(-(-starts // self.seq_len), n)
+                perm = FileBlockShuffle(np.append(edges, n), self.blocks,
+                                        ("tokenmill-loader-file-blocks", self.seed, s.fingerprint, self.seq_len, epoch))
+            elif self.block is not None:
                 perm = BlockShuffle(self.samples[stream], self.block, self.blocks,
                                     ("tokenmill-loader-blocks", self.seed, s.fingerprint, self.seq_len, epoch))
             else:

@@ -27,16 +27,18 @@ HOLD_FILES = 64  # files a process keeps pinned and open at most (two lock files
 
 
 class TokenFetcher:
-    """The remote token files of a loader: (stream, file) -> its ``.bin`` and ``.idx`` in the cache."""
+    """The remote token files of a loader: (stream, file) -> its ``.bin`` and ``.idx`` in the cache, and
+    (stream, file, HEAD) -> the recorded head of its ``.bin`` and its ``.idx`` (what the sample that runs into the
+    file from the one before reads of it)."""
 
-    def __init__(self, cache: TokenCache, objects: dict[tuple[str, int], tuple[CachedObject, CachedObject]],
-                 sizes: dict[tuple[str, int], int], window_bytes: int, threads: int = 4, hold_bytes: int = 0):
+    def __init__(self, cache: TokenCache, objects: dict[tuple, tuple[CachedObject, CachedObject]],
+                 sizes: dict[tuple, int], window_bytes: int, threads: int = 4, hold_bytes: int = 0):
         self.cache, self.objects, self.sizes = cache, objects, sizes
         self.window_bytes, self.threads, self.hold_bytes = int(window_bytes), int(threads), int(hold_bytes)
         self._reset()
 
     def _reset(self) -> None:
-        self._held: OrderedDict[tuple[str, int], object] = OrderedDict()  # (stream, file) -> the stream; LRU first
+        self._held: OrderedDict[tuple, object] = OrderedDict()  # (stream, file[, HEAD]) -> the stream; LRU first
         self._prefetcher: _Prefetcher | None = None
         self._pid = None
 
@@ -54,29 +56,42 @@ class TokenFetcher:
             self._reset()
             self._pid = os.getpid()
 
-    def size(self, key: tuple[str, int]) -> int:
-        """The file's bytes in the cache (.bin and .idx)."""
+    def size(self, key: tuple) -> int:
+        """The file's bytes in the cache (.bin or its head, and .idx)."""
         return self.sizes[key]
 
     def local(self, stream, i: int):
         """(idx path, bin path) of file ``i`` of ``stream`` in the cache, pinned until ``hold`` lets it go."""
         self._mine()
         key = (stream.name, i)
-        bin_obj, idx_obj = self.objects[key]
-        idx_path = self.cache.pin(idx_obj)
-        try:
-            bin_path = self.cache.pin(bin_obj)
-        except BaseException:
-            self.cache.release(idx_obj.name)
-            raise
-        self._held[key] = stream
+        if key in self._held:  # pinned already (its map was closed and is being reopened): not pinned twice
+            bin_obj, idx_obj = self.objects[key]
+            return self.cache.path(idx_obj), self.cache.path(bin_obj)
+        bin_path, idx_path = self._pin(key, stream)
         return idx_path, bin_path
 
-    def hold(self, needed: Iterable[tuple[object, int]]) -> None:
-        """Pin these (stream, file); of the others held, keep the most recently used within ``hold_bytes`` and
-        ``HOLD_FILES`` (an open file costs no reopening) and release the rest, closing their maps first."""
+    def _pin(self, key: tuple, stream) -> list:
+        """Pin a key's two objects (a head is handed to its stream); their paths."""
+        objects = self.objects[key]
+        paths: list = []
+        try:
+            for obj in objects:
+                paths.append(self.cache.pin(obj))
+        except BaseException:
+            for obj in objects[:len(paths)]:
+                self.cache.release(obj.name)
+            raise
+        self._held[key] = stream
+        if len(key) == 3:
+            stream.set_head(key[1], paths[0], paths[1])
+        return paths
+
+    def hold(self, needed: Iterable[tuple]) -> None:
+        """Pin these (stream, file) or (stream, file, HEAD); of the others held, keep the most recently used within
+        ``hold_bytes`` and ``HOLD_FILES`` (an open file costs no reopening) and release the rest, closing their maps
+        first."""
         self._mine()
-        want = {(stream.name, i): stream for stream, i in needed}
+        want = {(stream.name, *rest): stream for stream, *rest in needed}
         if all(key in self._held for key in want):  # the common case once the files are open: nothing to change
             for key in want:
                 self._held.move_to_end(key)
@@ -95,12 +110,12 @@ class TokenFetcher:
             self._release(key)
         for key, stream in want.items():
             if key not in self._held:
-                self.local(stream, key[1])
+                self._pin(key, stream)
             self._held.move_to_end(key)
 
-    def _release(self, key: tuple[str, int]) -> None:
+    def _release(self, key: tuple) -> None:
         stream = self._held.pop(key)
-        stream.forget(key[1])
+        stream.forget(key[1], head=len(key) == 3)
         for obj in self.objects[key]:
             self.cache.release(obj.name)
 
@@ -111,7 +126,7 @@ class TokenFetcher:
 
     # -- prefetch ------------------------------------------------------------------------------------------------
 
-    def start(self, upcoming: Iterator[tuple[tuple[int, int], list[tuple[str, int]]]]) -> None:
+    def start(self, upcoming: Iterator[tuple[tuple[int, int], list[tuple]]]) -> None:
         """Fetch ahead along ``upcoming``: ((batch, micro-batch), its files) in the order this process builds them."""
         self._mine()
         self.stop()
@@ -143,8 +158,8 @@ class _Prefetcher:
         self._ordinal: dict[tuple[int, int], int] = {}
         self._located: dict[tuple[int, int], object] = {}  # where the walk found each coming micro-batch's samples
         self._consumed = 0
-        self._window: dict[tuple[str, int], int] = {}  # file -> the last micro-batch reading it
-        self._uses: deque[tuple[int, tuple[str, int]]] = deque()  # (micro-batch, file), in walk order
+        self._window: dict[tuple, int] = {}  # file -> the last micro-batch reading it
+        self._uses: deque[tuple[int, tuple]] = deque()  # (micro-batch, file), in walk order
         self._window_size = 0
         self._stopping = False
         self._skip_to: tuple[int, int] | None = None

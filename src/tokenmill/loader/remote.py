@@ -124,24 +124,29 @@ class ObjectStore:
         return self.retry(uri, "size look-up", attempt)
 
     def download(self, uri: str, begin: Callable[[int], BinaryIO | None],
-                 cancelled: Callable[[], bool] | None = None) -> tuple[str, int, BinaryIO | None]:
-        """The object into the file that ``begin(size)`` opens once its size is known (None: give up, no bytes
-        read), in ranged reads that resume at the first byte not yet written after a failure; (sha256 hex of what
-        was written, size, the file)."""
+                 cancelled: Callable[[], bool] | None = None,
+                 length: int | None = None) -> tuple[str, int, BinaryIO | None]:
+        """The object (or with ``length`` its first ``length`` bytes) into the file that ``begin(size)`` opens once
+        its size is known (None: give up, no bytes read), in ranged reads that resume at the first byte not yet
+        written after a failure; (sha256 hex of what was written, size, the file)."""
         digest = hashlib.sha256()
-        done, size, out = 0, -1, None
+        done, size, total, out = 0, -1, -1, None
 
         def attempt() -> None:
-            nonlocal done, size, out
+            nonlocal done, size, total, out
             fs, path = self.filesystem(uri)
             with fs.open_input_file(path) as f:  # one HEAD: the size
                 if out is None:
-                    size = f.size()
+                    total = f.size()
+                    if length is not None and total < length:
+                        raise DataError(f"{uri}: the object has {total} bytes, fewer than the {length} of its head "
+                                        "that tokens.json records: it is not the file the tokenize stage wrote")
+                    size = total if length is None else length
                     out = begin(size)
                     if out is None:
                         return
-                elif f.size() != size:
-                    raise DataError(f"{uri}: the object changed size ({size} -> {f.size()}) while it was fetched")
+                elif f.size() != total:
+                    raise DataError(f"{uri}: the object changed size ({total} -> {f.size()}) while it was fetched")
                 while done < size:
                     chunk = f.read_at(min(READ_BYTES, size - done), done)
                     if not chunk:

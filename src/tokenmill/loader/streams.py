@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 
 from tokenmill.tokenize import tokens_json
-from tokenmill.tokenize.indexed import IndexedReader
+from tokenmill.tokenize.indexed import IndexedReader, parse_index
 from tokenmill.tokenize.tokens_json import DataError
 
 OPEN_FILES = 128
+HEAD = "head"
+"""Marks a file read by its recorded head only (`TokenStream.parts`, the fetcher's keys)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class TokenFile:
     """Of the ``.bin``, as `tokens.json` records it (part of the stream's fingerprint)."""
     idx_sha256: str = ""
     """Of the ``.idx``, as recorded ("" when the index has none)."""
+    head_bytes: int = 0
+    """The length of the ``.bin``'s head whose sha256 is recorded (0: none; the file is only fetched whole)."""
+    head_sha256: str = ""
 
     @property
     def name(self) -> str:
@@ -55,10 +60,14 @@ class TokenStream:
     dtype: np.dtype
     fetcher: Any = field(default=None, repr=False)
     """Set for a remote stream: where its files come from (``prefetch.TokenFetcher``)."""
+    heads: bool = False
+    """A remote stream whose cache cannot hold all the data: a sample running into a file reads its head only."""
     _starts: np.ndarray = field(init=False, repr=False)
     _open: OrderedDict = field(init=False, repr=False, default_factory=OrderedDict)
     _doc_ends: dict = field(init=False, repr=False, default_factory=dict)
     _views: dict = field(init=False, repr=False, default_factory=dict)
+    _heads: dict = field(init=False, repr=False, default_factory=dict)
+    """Remote streams: file -> (its head's tokens, its .idx path), for a file held by its head only."""
 
     def __post_init__(self):
         sizes = np.array([f.tokens for f in self.files], dtype=np.int64)
@@ -70,6 +79,7 @@ class TokenStream:
         state["_open"] = OrderedDict()
         state["_doc_ends"] = {}
         state["_views"] = {}
+        state["_heads"] = {}
         return state
 
     @property
@@ -115,10 +125,36 @@ class TokenStream:
             self._open.move_to_end(i)
         return reader
 
-    def forget(self, i: int) -> None:
-        """Close file ``i``'s memory map (a remote file is about to be released to eviction)."""
+    def forget(self, i: int, head: bool = False) -> None:
+        """Close file ``i``'s memory map, or its head's (a remote file is about to be released to eviction)."""
+        if head:
+            self._heads.pop(i, None)
+            return
         self._open.pop(i, None)
         self._views.pop(i, None)
+
+    def parts(self, start: int, stop: int) -> list[tuple]:
+        """What a remote stream's tokens ``[start, stop)`` read: ``(file,)`` for a whole file, ``(file, HEAD)`` for
+        the next file's recorded head when they run into it only that far."""
+        files = self.file_range(start, stop)
+        if self.head_tokens_needed(start, stop) is None:
+            return [(i,) for i in files]
+        return [(files[0],), (files[1], HEAD)]
+
+    def head_tokens_needed(self, start: int, stop: int) -> int | None:
+        """For a remote stream's tokens ``[start, stop)`` that run from one file into the next: how many of the next
+        file's tokens they need, when its recorded head holds them (that head is read instead of the whole file);
+        else None."""
+        files = self.file_range(start, stop)
+        if len(files) != 2 or not self.heads:
+            return None
+        nxt = self.files[files[1]]
+        need = stop - int(self._starts[files[1]])
+        return need if need * self.dtype.itemsize <= nxt.head_bytes else None
+
+    def set_head(self, i: int, bin_path, idx_path) -> None:
+        """File ``i`` is held by its head: the tokens in ``bin_path`` (its first bytes, verified), its ``.idx``."""
+        self._heads[i] = (np.memmap(bin_path, dtype=self.dtype, mode="r").view(np.ndarray), Path(idx_path))
 
     def file_tokens(self, i: int) -> np.ndarray:
         """Every token of file ``i`` (a read-only view of its memory map)."""
@@ -139,7 +175,9 @@ class TokenStream:
             offset = start + done - int(self._starts[i])
             take = min(count - done, self.files[i].tokens - offset)
             if take > 0:
-                out[done:done + take] = self.file_tokens(i)[offset:offset + take]
+                head = self._heads.get(i) if i not in self._views else None
+                view = head[0] if head is not None and offset + take <= len(head[0]) else self.file_tokens(i)
+                out[done:done + take] = view[offset:offset + take]
                 done += take
             i += 1
         return out
@@ -148,7 +186,17 @@ class TokenStream:
         """Cumulative token ends of file ``i``'s documents, in stream coordinates."""
         ends = self._doc_ends.get(i)
         if ends is None:
-            ends = int(self._starts[i]) + np.cumsum(self.reader(i).sequence_lengths, dtype=np.int64)
+            head = self._heads.get(i) if i not in self._open else None
+            if head is not None:  # held by its head: the documents from its .idx alone
+                parsed = parse_index(head[1].read_bytes(), head[1])
+                if parsed.num_tokens != self.files[i].tokens:
+                    raise DataError(f"{self.files[i].prefix}.idx holds {parsed.num_tokens} tokens but tokens.json "
+                                    f"says {self.files[i].tokens}: the files changed after tokenize; rerun the "
+                                    "tokenize stage")
+                lengths = parsed.sequence_lengths
+            else:
+                lengths = self.reader(i).sequence_lengths
+            ends = int(self._starts[i]) + np.cumsum(lengths, dtype=np.int64)
             if len(self._doc_ends) >= OPEN_FILES:
                 self._doc_ends.clear()
             self._doc_ends[i] = ends
@@ -219,8 +267,9 @@ def load_streams(paths: list[str | Path], split: str, store=None) -> tuple[list[
         for entry in files:
             sources = sorted(entry["by_source"]) or ["(unknown)"]
             hashes = entry["sha256"]
+            head = entry.get("head") or {}
             f = TokenFile(prefix_of(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
-                          hashes.get(".idx", ""))
+                          hashes.get(".idx", ""), head.get("bytes", 0), head.get("sha256", ""))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
             name = source if len(paths) == 1 else f"{d}/{source}"
