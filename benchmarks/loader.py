@@ -33,10 +33,11 @@ FILE_TOKENS = 20_000_000
 def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int = FILE_TOKENS) -> Path:
     """Random uint16 tokens in the tokenize stage's layout, written by its own writer: per source, files of
     ``file_tokens`` (20M by default), documents of ~1,000 tokens each ending with the end-of-text id 0, both files'
-    sha256 in tokens.json. Reused when present. benchmarks/streaming.py reads the same kind of data."""
+    sha256 and the head's in tokens.json. Reused when present. benchmarks/streaming.py reads the same kind of data."""
     path = root / tokens_json.FILE
-    if path.exists():
-        return path
+    if path.exists() and all("head" in f or f["tokens"] * 2 <= tokens_json.HEAD_BYTES
+                             for f in tokens_json.read(path).files("train")):
+        return path  # (written by an older version without heads: written again)
     rng = np.random.default_rng(seed)
     (root / "train").mkdir(parents=True, exist_ok=True)
     entries = []
@@ -58,6 +59,9 @@ def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int
                             "by_source": {source: {"documents": int(len(lengths)), "tokens": n}},
                             "sha256": {ext: hashlib.sha256(p.read_bytes()).hexdigest()
                                        for ext, p in ((".bin", bin_path), (".idx", idx_path))}})
+            head = tokens_json.head_record(bin_path.read_bytes())
+            if head is not None:
+                entries[-1]["head"] = head
             left -= n
             part += 1
     index = tokens_json.build({"file": "tokenizer.json", "sha256": "random", "vocab_size": 50257, "eos_id": 0},

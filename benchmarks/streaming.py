@@ -32,7 +32,8 @@ benchmark builds under --dir (``streaming/streaming-venv``: ``pip install torch=
 litdata==0.2.76 boto3``, about 2 minutes and 1.9 GB, reused when present). ``--no-venv-build`` (quick size) skips them when it is absent and says so in the JSON.
 
     python benchmarks/streaming.py [--tokens 150000000] [--file-tokens 5000000] [--seq-len 2048] [--batch 8]
-        [--samples 0] [--cache-fraction 0.25] [--rounds 2] [--dir bench] [--no-venv-build]
+        [--samples 0] [--cache-fraction 0.25] [--workers 2] [--shuffle-block file] [--shuffle-window 1] [--rounds 2]
+        [--dir bench] [--no-venv-build]
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ if a.get("tm_shuffle_block"):
     kw.update(shuffle_block=a["tm_shuffle_block"], shuffle_window=a["tm_shuffle_window"])
 if a.get("cache_dir"):
     kw.update(cache_dir=a["cache_dir"], cache_bytes=a["cache_bytes"])
+if a.get("tm_prefetch_bytes"):
+    kw.update(prefetch_bytes=a["tm_prefetch_bytes"])
 t0 = time.perf_counter()
 loader = TokenLoader(a["path"], **kw)
 out = read(loader, t0, a)
@@ -382,18 +385,22 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--samples", type=int, default=0, help="samples each contender reads (0: 90%% of an epoch)")
     parser.add_argument("--cache-fraction", type=float, default=0.25, help="cache bound as a share of the token bytes")
-    # Quick runs use 0: with workers, a DataLoader worker forked while the parent's prefetch threads hold a cache
-    # file's flock can wait on it forever (issue 21, seen in CI; the loader's fix is pending).
     parser.add_argument("--workers", type=int, default=WORKERS, help="DataLoader workers of every contender")
-    parser.add_argument("--shuffle-block", type=int, default=None,
-                        help="tokenmill's block shuffle: samples per block (default: a token file's samples; 0: the "
-                             "global shuffle)")
+    parser.add_argument("--shuffle-block", default="file",
+                        help="tokenmill's block shuffle: 'file' (default: a block per token file), samples per block, "
+                             "or 0 (the global shuffle)")
     parser.add_argument("--shuffle-window", type=int, default=1, help="tokenmill's block shuffle: blocks per window")
+    parser.add_argument("--prefetch-bytes", type=int, default=None,
+                        help="tokenmill's prefetch_bytes (default: the loader's own default)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated contenders to run (default all: tokenmill_local, tokenmill_stream, "
+                             "tokenmill_fill, tokenmill_warm, mosaic, litdata)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, contenders alternating; each one's best kept")
     parser.add_argument("--dir", default="bench")
     parser.add_argument("--no-venv-build", action="store_true",
                         help="skip MosaicML Streaming and litdata when their virtual environment is absent")
     args = parser.parse_args()
+    only = None if args.only is None else set(args.only.split(","))
 
     base = Path(args.dir).resolve() / "streaming"
     data = base / f"tokens-{args.tokens}-{args.file_tokens}"
@@ -427,11 +434,14 @@ def main() -> int:
     common = {"seq_len": args.seq_len, "batch": args.batch, "samples": samples, "workers": args.workers,
               "scripts": str(scripts)}
     # tokenmill's sides (stream, fill, warm, local alike, so warm against local compares one order): a block shuffle
-    # of about a token file's samples, windows of --shuffle-window blocks; the others shuffle their own way
-    # (MosaicML Streaming in blocks that fit the cache, below; litdata chunk by chunk).
-    block = args.file_tokens // args.seq_len if args.shuffle_block is None else args.shuffle_block
+    # by token file, windows of --shuffle-window blocks; the others shuffle their own way (MosaicML Streaming in
+    # blocks that fit the cache, below; litdata chunk by chunk).
+    block = "file" if args.shuffle_block == "file" else int(args.shuffle_block)
     if block:
         common.update(tm_shuffle_block=block, tm_shuffle_window=args.shuffle_window)
+    if args.prefetch_bytes:
+        common.update(tm_prefetch_bytes=args.prefetch_bytes)
+        result["tokenmill_prefetch_bytes"] = args.prefetch_bytes
     result["tokenmill_shuffle"] = {"shuffle_block": block, "shuffle_window": args.shuffle_window} if block else "global"
     env_base = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env_base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env_base.get("PYTHONPATH")) if p)
@@ -467,6 +477,8 @@ def main() -> int:
             """One contender's run, tried twice from an empty cache (a third-party loader's race must not sink the
             whole run); each failed try is reported, and a second failure fails the benchmark while the others
             still run."""
+            if only is not None and name not in only:
+                return
             for _ in range(2):
                 if watch is not None and not keep_cache:  # each try starts from an empty cache folder
                     shutil.rmtree(watch, ignore_errors=True)
