@@ -28,6 +28,47 @@ SETUP = IMPORTS + 'RUN = os.environ.get("TOKENMILL_RUN", "../build/demo/run")  #
 TRAIN_SETUP = IMPORTS + ('TRAIN = os.environ.get("TOKENMILL_TRAIN", "../build/demo/run/train")  '
                          "# parameter: a train config's `output`\n")
 
+# The faults of a training run on its loss curve (issue 22): what `tokenmill train doctor` reports, by step and kind.
+FAULT_MARKS = '''\
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from tokenmill.train.doctor import diagnose
+
+found = diagnose(Path(TRAIN))
+print(found.summary())
+# kind -> (marker, colour); a kind not listed here (a newer doctor's) gets a star
+KINDS = {"data": ("v", "C3"), "rank": ("D", "C4"), "spike": ("X", "red"), "hang": ("s", "black"),
+         "hardware": ("P", "C1"), "transient": ("o", "C2")}
+fig = Figure(figsize=(9, 3.5), layout="constrained")
+ax = fig.subplots()
+for k, seg in enumerate(ti.loss_segments(m["train"])):
+    ax.plot([r["step"] for r in seg], [r["loss"] for r in seg], color="C0", alpha=1.0 if k == 0 else 0.6,
+            label="train loss" if k == 0 else None)
+first_loss = {}  # a step's first loss: the one its fault was seen on (a rolled-back step is trained again)
+for r in m["train"]:
+    first_loss.setdefault(r["step"], r["loss"])
+by_kind = {}
+for f in found.faults:
+    by_kind.setdefault(f.kind, []).append(f)
+for kind, faults in by_kind.items():
+    marker, colour = KINDS.get(kind, ("*", "C5"))
+    steps = [f.step for f in faults]
+    losses = [first_loss.get(s, first_loss[max([t for t in first_loss if t < s] or [min(first_loss)])])
+              for s in steps]
+    ax.plot(steps, losses, marker, color=colour, markersize=11, markeredgecolor="white", linestyle="none",
+            label=f"{kind} ({len(faults)})", gid=f"fault:{kind}")
+ax.set_xlabel("step")
+ax.set_ylabel("loss")
+ax.set_title("faults on the loss curve")
+ax.legend()
+drawn = [(line.get_gid()[6:], [int(x) for x in line.get_xdata()]) for line in ax.lines
+         if (line.get_gid() or "").startswith("fault:")]
+print("marked on the loss curve: " + ("; ".join(f"{kind} at step {', '.join(map(str, steps))}"
+                                               for kind, steps in drawn) or "nothing (no faults)"))
+fig'''
+
 NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
     "inspect_samples": [
         ("md", "# Samples of a run\nRandom kept documents per source, dropped ones per reason, a document before and "
@@ -117,6 +158,11 @@ NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
                  'print(f"{len(m[\'train\'])} steps logged, last step {last[\'step\']}: loss {last[\'loss\']:.4f}, "\n'
                  '      f"{last[\'tokens\']:,} tokens, {last[\'tokens_per_s\']:,.0f} tokens/s, rollbacks {last[\'rollbacks\']}")\n'
                  'table(m["valid"])'),
+        ("md", "## Faults on the loss curve\nThe run's faults as `tokenmill train doctor` finds them "
+               "(`tokenmill.train.doctor.diagnose`), each at its step, one marker and colour per kind: a rollback of "
+               "bad data, a rank flagged by its fingerprints, a spike that stopped the run, a hang, and the replay's "
+               "hardware and transient faults. A hang has no loss of its own: it sits on the last loss before it."),
+        ("code", FAULT_MARKS),
         ("md", "## Events\nResumes, rollbacks (reason, skipped batches, learning-rate scale) and skips."),
         ("code", 'events = ti.training_events(TRAIN)\n'
                  'table([{k: v for k, v in e.items() if k != "documents"} for e in events])'),

@@ -75,6 +75,19 @@ def test_the_classifiers_notebook_on_a_run_without_one_says_so(small_run, train_
     assert not any("image/png" in o.get("data", {}) for o in outputs)
 
 
+def test_the_training_notebook_marks_the_runs_faults_on_the_loss_curve(train_output, monkeypatch):
+    """The training run rolls back once (a poisoned batch): the doctor calls it a data fault, and the notebook draws
+    it on the loss curve, at the rollback's step (what it prints is read back from the plot's own lines)."""
+    import json
+
+    rollback, = [e for e in map(json.loads, (train_output / "events.jsonl").read_text().splitlines())
+                 if e["action"] == "rollback"]
+    outputs = _execute("training", train_output, train_output, monkeypatch)  # RUN unused by this notebook
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert f"marked on the loss curve: data at step {rollback['step']}\n" in text, text[-2000:]
+    assert "1 fault in " in text and sum("image/png" in o.get("data", {}) for o in outputs) >= 2
+
+
 def test_the_notebook_kernel_listens_on_the_loopback_only():
     """A kernel started as nbclient starts one binds its ZMQ ports to 127.0.0.1 (docs/security.md)."""
     from jupyter_client import KernelManager

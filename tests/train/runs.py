@@ -69,8 +69,30 @@ def torchrun(nproc: int, args: list[str], timeout: int = 240, **extra_env: str) 
 
 
 def metrics(output: Path) -> list[dict]:
-    return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return rows(output / "metrics.jsonl")
 
 
 def losses(output: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in metrics(output) if "loss" in r}
+
+
+def rows(path: Path) -> list[dict]:
+    """The JSON lines of a run's log (metrics, events, ranks, an injector's log); none when it is absent."""
+    from tokenmill.train.metrics import JsonLines
+
+    return JsonLines(path, True).rows()
+
+
+def train_nproc(tmp_path: Path, name: str, cfg: dict, nproc: int, faults: dict | None = None,
+                timeout: int = 300) -> subprocess.CompletedProcess:
+    """``tokenmill train <name>.yaml --nproc N`` of ``cfg``, with a fault plan (``TOKENMILL_TRAIN_FAULTS``) if given."""
+    from tokenmill.train.faults import ENV
+
+    extra = {}
+    if faults is not None:
+        plan = tmp_path / f"{name}-faults.json"
+        plan.write_text(json.dumps(faults))
+        extra[ENV] = str(plan)
+    path = write_config(tmp_path / f"{name}.yaml", cfg)
+    return subprocess.run([sys.executable, "-m", "tokenmill.cli", "train", str(path), "--nproc", str(nproc)],
+                          capture_output=True, text=True, timeout=timeout, env=env(**extra))

@@ -15,6 +15,7 @@ from tokenmill.cli import main
 from tokenmill.train.doctor import classify, diagnose
 from tokenmill.train.faults import ENV
 from tokenmill.train.fingerprints import Anomaly, anomaly_event
+from tokenmill.train.replay import DATA, HARDWARE, TRANSIENT, Decision, Pass
 from tests.train.runs import config, env, write_config, write_tokens
 
 T0 = 1795568835.0
@@ -185,13 +186,62 @@ def test_a_flag_and_its_rollback_at_one_step_are_one_fault_and_undo_earlier_flag
 
 
 def test_an_event_that_classifies_itself_gives_its_kind_without_a_new_reader():
-    """The replay (next) writes its verdict with a ``classification``; the reader takes it as the entry's kind."""
+    """The replay writes its verdict with a ``classification``; the reader takes it as the entry's kind, and the
+    flag it answers at that step is the same fault."""
     replay = {"time": T0, "step": 12, "action": "replay", "classification": "hardware", "rank": 1, "host": "node-7",
               "device": "cuda:1", "reason": "reproduces only on rank 1 whatever its batch", "decision": "stopped"}
     faults, notes = classify([_anomaly(12, 1, "node-7", 1e6), replay], [], [])
-    assert notes == [] and [f.kind for f in faults] == ["rank", "hardware"]
-    assert faults[1].ranks[0]["host"] == "node-7" and faults[1].action == "stopped"
+    assert notes == [] and [f.kind for f in faults] == ["hardware"]
+    assert faults[0].ranks[0]["host"] == "node-7" and faults[0].action == "stopped" and len(faults[0].events) == 2
     assert classify([{**_anomaly(3, 1, "h", 1e6), "classification": "transient"}], [], [])[0][0].kind == "transient"
+    alone, _ = classify([{**replay, "step": 13}], [], [])  # no flag before it (a guard spike): a fault of its own
+    assert [(f.step, f.kind, f.ranks[0]["rank"]) for f in alone] == [(13, "hardware", 1)]
+
+
+def _verdict(step: int, classification: str, rank: int, decision: str) -> dict:
+    """A ``replay`` event as Trainer._replay writes it: replay.Decision.event's, with time."""
+    bad = (5.4, 1.3e6, 0.5)
+    original = Pass("original", 5.35, 6.5e5, ((5.3, 1.6, 0.5), bad), (0, 1))
+    same = Pass("same", 5.35, 1.2, ((5.3, 1.6, 0.5), (5.4, 1.3, 0.5)), (0, 1)) if classification == TRANSIENT \
+        else original
+    swapped = None if classification == TRANSIENT else Pass("swapped", 5.35, 6.5e5, ((5.4, 1.3, 0.5), bad), (1, 0))
+    reason = {TRANSIENT: "does not reproduce", HARDWARE: "stayed on rank 1", DATA: "followed the batch"}[classification]
+    decision_ = Decision(classification, rank, reason, [p for p in (original, same, swapped) if p is not None],
+                         partner=None if swapped is None else 0, ranks=[] if classification == DATA else [rank])
+    event = decision_.event(step, step - 1, f"rank {rank}: grad_norm_local", decision,
+                            ["node-0", "node-7"], ["cuda:0", "cuda:1"])
+    return {"time": T0 + step + 0.2, **event}
+
+
+def test_the_replays_verdicts_are_one_fault_each_with_their_flag_and_rollback(capsys, monkeypatch, tmp_path):
+    """A transient at step 7 (the replayed step applied), data at step 9 (with its rollback and documents), a
+    hardware fault at step 12 that stopped the run; a probe is a note, not a fault."""
+    events = [{"time": T0, "step": 3, "action": "replay_probe", "batch": 2, "reproduces": True, "evidence": []},
+              _anomaly(7, 1, "node-7", 1.3e6), _verdict(7, TRANSIENT, 1, "replayed step applied; run went on"),
+              _anomaly(9, 1, "node-7", 1.3e6), _verdict(9, DATA, 1, "rolled back and skipped its batches"),
+              {**_rollback(9, 5, [5, 6, 7, 8], [("web", "poison-0")]), "rule": "rank_anomaly", "classification": DATA},
+              _anomaly(12, 1, "node-7", 1.3e6), _verdict(12, HARDWARE, 1, "stopped; faulty_ranks.json written")]
+    faults, notes = classify(events, [], _metrics(11, {9: "rank 1: grad_norm_local"}))
+    assert [(f.step, f.kind) for f in faults] == [(7, TRANSIENT), (9, DATA), (12, HARDWARE)]
+    assert [e["action"] for e in notes] == ["replay_probe"]
+    transient, data, hardware = faults
+    assert transient.action.startswith("replayed step applied") and "replay: transient" in transient.what
+    assert [r["rank"] for r in transient.ranks] == [1] and len(transient.events) == 2
+    assert data.resumed_from_step == 5 and data.documents[0]["id"] == "poison-0" and len(data.events) == 3
+    assert data.action.startswith("rolled back to step 5") and "followed the batch" in data.what
+    assert hardware.ranks[0]["device"] == "cuda:1" and hardware.action.startswith("stopped")
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "events.jsonl", events)
+    _write(run / "metrics.jsonl", _metrics(11, {9: "rank 1: grad_norm_local"}))
+    out = _doctor(capsys, monkeypatch, str(run))
+    assert out.splitlines()[0] == ("3 faults in 11 steps: transient fault on rank 1 (host node-7) at step 7 "
+                                   "(replayed step applied); data at step 9 (rolled back to step 5); hardware fault "
+                                   "on rank 1 (host node-7) at step 12 (stopped)")
+    assert "transient" in _row(out, 7) and "hardware" in _row(out, 12) and "web/poison-0" in _row(out, 9)
+    found = json.loads(_doctor(capsys, monkeypatch, str(run), "--json"))
+    assert [f["kind"] for f in found["faults"]] == [TRANSIENT, DATA, HARDWARE]
+    assert found["faults"][2]["events"][1]["evidence"][2]["pass"] == "swapped"
 
 
 def test_a_real_two_rank_run_with_a_poisoned_batch_and_a_corrupted_gradient(tmp_path, capsys, monkeypatch):

@@ -3,11 +3,8 @@ rank at the right step, fingerprints never change the losses, and the detector's
 
 from __future__ import annotations
 
-import json
 import math
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +13,9 @@ import torch
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import parse_train_config
-from tokenmill.train.faults import ENV
 from tokenmill.train.fingerprints import METRICS, Detector, FingerprintConfig, param_checksum
-from tokenmill.train.metrics import JsonLines
-from tests.train.runs import config, env, losses, write_config, write_tokens
+from tests.train.runs import config, losses, train_nproc, write_tokens
+from tests.train.runs import rows as log_rows
 
 STEPS = 8
 
@@ -29,20 +25,9 @@ def tokens(tmp_path_factory):
     return write_tokens(tmp_path_factory.mktemp("fp-tokens"))
 
 
-def _rows(path: Path) -> list[dict]:
-    return JsonLines(path, True).rows()
-
-
 def _two_ranks(tmp_path: Path, name: str, cfg: dict, faults: dict | None = None):
     """``tokenmill train --nproc 2`` of ``cfg`` (dropout 0.1, the default), with a fault plan if given."""
-    extra = {}
-    if faults is not None:
-        plan = tmp_path / f"{name}-faults.json"
-        plan.write_text(json.dumps(faults))
-        extra[ENV] = str(plan)
-    path = write_config(tmp_path / f"{name}.yaml", cfg)
-    done = subprocess.run([sys.executable, "-m", "tokenmill.cli", "train", str(path), "--nproc", "2"],
-                          capture_output=True, text=True, timeout=240, env=env(**extra))
+    done = train_nproc(tmp_path, name, cfg, 2, faults, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -56,7 +41,7 @@ def test_two_ranks_write_a_row_per_rank_per_step_and_do_not_change_the_losses(to
     # Fingerprints only read: the losses are the same floats, step for step.
     assert losses(on) == losses(off) and sorted(losses(on)) == list(range(1, STEPS + 1))
     assert not (off / "ranks.jsonl").exists()
-    rows = _rows(on / "ranks.jsonl")
+    rows = log_rows(on / "ranks.jsonl")
     assert [(r["step"], r["rank"]) for r in rows] == [(s, k) for s in range(1, STEPS + 1) for k in (0, 1)]
     for r in rows:
         assert r["host"] and r["device"] == "cpu"
@@ -64,7 +49,7 @@ def test_two_ranks_write_a_row_per_rank_per_step_and_do_not_change_the_losses(to
         assert (r["param_checksum"] is not None) == (r["step"] % 3 == 0), r
         assert "flagged" not in r
     # The trainer's loss is the mean of the ranks' local losses; the shard norms make up the global norm.
-    metrics = {r["step"]: r for r in _rows(on / "metrics.jsonl")}
+    metrics = {r["step"]: r for r in log_rows(on / "metrics.jsonl")}
     for step in range(1, STEPS + 1):
         pair = [r for r in rows if r["step"] == step]
         assert metrics[step]["loss"] == pytest.approx((pair[0]["loss"] + pair[1]["loss"]) / 2, rel=1e-6)
@@ -74,7 +59,7 @@ def test_two_ranks_write_a_row_per_rank_per_step_and_do_not_change_the_losses(to
     # Each rank holds another shard: their checksums differ; a healthy run flags nothing.
     checks = [r["param_checksum"] for r in rows if r["step"] == 3]
     assert checks[0] != checks[1]
-    events = _rows(on / "events.jsonl") if (on / "events.jsonl").exists() else []
+    events = log_rows(on / "events.jsonl") if (on / "events.jsonl").exists() else []
     assert not [e for e in events if e["action"] == "rank_anomaly"]
 
 
@@ -88,9 +73,9 @@ def test_a_corrupted_gradient_and_a_poisoned_batch_flag_their_rank_at_their_step
               "poison": {"batch": 6, "samples": [0, 5], "tokens": 255}, "log": str(tmp_path / "injected.jsonl")}
     cfg = config(tokens, out, steps=10, checkpoint_every=100, eval_every=0, fingerprints={"every": 5})
     done = _two_ranks(tmp_path, "faulty", cfg, faults)
-    injected = _rows(tmp_path / "injected.jsonl")
+    injected = log_rows(tmp_path / "injected.jsonl")
     assert {(e["fault"], e["rank"], e["step"]) for e in injected} == {("poison", 0, 7), ("grad", 1, 9)}
-    flags = [e for e in _rows(out / "events.jsonl") if e["action"] == "rank_anomaly"]
+    flags = [e for e in log_rows(out / "events.jsonl") if e["action"] == "rank_anomaly"]
     assert [(e["step"], e["rank"]) for e in flags] == [(7, 0), (9, 1)], flags
     poisoned, corrupted = flags
     assert poisoned["batch"] == 6 and "grad_norm_local" in poisoned["metrics"]
@@ -99,7 +84,7 @@ def test_a_corrupted_gradient_and_a_poisoned_batch_flag_their_rank_at_their_step
     local = corrupted["metrics"]["grad_norm_local"]
     assert local["values"][1] > 1e4 * local["values"][0] and local["rule"] == "outlier"
     assert corrupted["host"] == socket.gethostname() and corrupted["device"] == "cpu"
-    rows = {(r["step"], r["rank"]): r for r in _rows(out / "ranks.jsonl")}
+    rows = {(r["step"], r["rank"]): r for r in log_rows(out / "ranks.jsonl")}
     assert rows[(9, 0)]["grad_norm_shard"] > 1e3 and rows[(9, 1)]["grad_norm_shard"] > 1e3
     assert rows[(7, 0)]["loss"] > rows[(7, 1)]["loss"]  # the poison shows on the rank that got it
     assert {k for k, r in rows.items() if "flagged" in r} == {(7, 0), (9, 1)}
@@ -125,7 +110,7 @@ def test_a_changed_fingerprints_block_resumes(tokens, tmp_path):
     summary = Trainer(parse_train_config(config(tokens, out, steps=5, eval_every=0,
                                                 fingerprints={"every": 2}))).run()
     assert summary["steps"] == 5
-    rows = _rows(out / "ranks.jsonl")
+    rows = log_rows(out / "ranks.jsonl")
     assert [(r["step"], r["rank"], r["param_checksum"] is not None) for r in rows] == [(4, 0, True), (5, 0, False)]
 
 

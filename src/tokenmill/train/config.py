@@ -13,6 +13,8 @@ from tokenmill.pipeline.config_base import StrictModel, expand_path, load_yaml
 from tokenmill.train.fingerprints import FingerprintConfig
 from tokenmill.train.guard import GuardConfig
 from tokenmill.train.model import PRESETS
+from tokenmill.train.replay import ReplayConfig
+from tokenmill.train.watchdog import WatchdogConfig
 
 
 class DataConfig(StrictModel):
@@ -95,6 +97,12 @@ class TrainConfig(StrictModel):
     fingerprints: FingerprintConfig = Field(default_factory=FingerprintConfig)
     """Per-rank values every step in ranks.jsonl, and flagging of a rank far from the others
     (`tokenmill.train.fingerprints.FingerprintConfig`)."""
+    faults: ReplayConfig = Field(default_factory=ReplayConfig)
+    """Replay of an anomalous step and its classification as data, hardware or transient, and what a hardware fault
+    does (`tokenmill.train.replay.ReplayConfig`)."""
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
+    """The hang watchdog: stop the run, naming the rank that did not arrive and dumping every rank's stack, when no
+    step finishes within ``timeout_s`` (`tokenmill.train.watchdog.WatchdogConfig`)."""
 
     @field_validator("data", mode="before")
     @classmethod

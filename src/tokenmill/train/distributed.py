@@ -4,13 +4,14 @@ process on its own, with no process group at all (so no port: gloo would listen 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from tokenmill.train.launch import STORE_ENV
+from tokenmill.train.watchdog import Progress
 
 
 @dataclass
@@ -20,23 +21,29 @@ class Distributed:
     local_rank: int
     device: torch.device
     mesh: DeviceMesh | None
+    progress: Progress = field(default_factory=Progress)
+    """Where this rank is (step, phase, last completed collective): the hang watchdog's heartbeat reads it."""
 
     @property
     def main(self) -> bool:
         return self.rank == 0
 
-    def all_mean(self, values: list[float]) -> list[float]:
-        """The mean over ranks of each value (one collective)."""
+    def all_mean(self, values: list[float], name: str = "all-reduce") -> list[float]:
+        """The mean over ranks of each value (one collective; ``name`` is the phase the watchdog reports)."""
         if self.world_size == 1:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        self.progress.enter(name)
         dist.all_reduce(t)
+        self.progress.collective_done(name)
         return (t / self.world_size).tolist()
 
     def close(self) -> None:
         if dist.is_initialized():
             # gloo may tear down a peer still in a collective otherwise (and the store with it).
+            self.progress.enter("final barrier")
             dist.barrier()
+            self.progress.collective_done("final barrier")
             dist.destroy_process_group()
 
 

@@ -8,12 +8,15 @@ from typing import Any
 
 from tokenmill.train.fingerprints import METRICS
 from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines
+from tokenmill.train.replay import DATA, HARDWARE, TRANSIENT
 
-# The kinds of fault an entry has today; the replay of issue 22 adds "transient" and "hardware" (and confirms "data")
-# by writing a ``classification`` into its events: an event that names one gives its entry that kind, unread here.
-DATA, RANK, SPIKE = "data", "rank", "spike"
-FAULT_ACTIONS = ("rank_anomaly", "rollback")  # events.jsonl actions that are (part of) a fault
-NOTE_ACTIONS = ("resume", "skip", "data_change")  # events that are the run's history, not faults
+# The kinds of fault an entry has: "rank" (flagged, not replayed), "spike" (stopped the run), and a replay's verdict,
+# "data", "hardware" or "transient", which an event's ``classification`` gives its entry. A rollback with no replay
+# before it is "data" too (the trainer without replay treats every spike as bad data); "hang", the watchdog's stop.
+RANK, SPIKE, HANG = "rank", "spike", "hang"
+KINDS = (DATA, HARDWARE, TRANSIENT, RANK, SPIKE, HANG)
+FAULT_ACTIONS = ("rank_anomaly", "replay", "rollback", "hang")  # events.jsonl actions that are (part of) a fault
+NOTE_ACTIONS = ("resume", "skip", "data_change", "replay_probe")  # the run's history, not faults
 
 
 @dataclass
@@ -54,10 +57,14 @@ class Diagnosis:
             return f"no faults in {self.steps} steps"
         parts = []
         for f in self.faults:
+            who = ", ".join(f"rank {r['rank']} (host {r.get('host')})" for r in f.ranks)
             if f.kind == RANK:
-                who = ", ".join(f"rank {r['rank']} (host {r.get('host')})" for r in f.ranks)
                 parts.append(f"rank anomaly on {who} at step {f.step}" + (" (rolled back)" if f.resumed_from_step
                                                                           is not None else ""))
+            elif f.kind in (HARDWARE, TRANSIENT) and who:
+                parts.append(f"{f.kind} fault on {who} at step {f.step} ({f.action.split(';')[0]})")
+            elif f.kind == HANG:
+                parts.append(f"hang {'on ' + who + ' ' if who else ''}at step {f.step} (stopped by the watchdog)")
             else:
                 parts.append(f"{f.kind} at step {f.step} ({f.action.split(';')[0]})")
         n = len(self.faults)
@@ -84,9 +91,10 @@ def diagnose(run: Path) -> Diagnosis:
 
 def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
              metrics: list[dict[str, Any]]) -> tuple[list[Fault], list[dict[str, Any]]]:
-    """Records in, fault entries out (and the other events as notes). Rank anomalies at one step and the rollback
-    that follows them at that step are one fault; a rollback alone is a data fault (today the trainer rolls back
-    and skips the batches, as for bad data); a spike in metrics.jsonl with no rollback after it stopped the run. In the events' order (the file's, not the
+    """Records in, fault entries out (and the other events as notes). Rank anomalies at one step, the replay's
+    verdict on that step (its ``classification`` is the entry's kind) and the rollback that follows are one fault;
+    a rollback alone is a data fault (the trainer without replay rolls back and skips the batches, as for bad data);
+    a spike in metrics.jsonl with no rollback after it stopped the run. In the events' order (the file's, not the
     clocks'), the stopping spikes last."""
     flagged: dict[tuple[Any, Any], list[dict[str, Any]]] = {}  # a step retrained after a rollback has rows twice
     for r in ranks:
@@ -102,8 +110,11 @@ def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
             continue
         step = event.get("step")
         last = faults[-1] if faults else None
+        # An event joins the fault before it at its step while that fault is open: flagged ranks, then the replay's
+        # verdict, then the rollback (a verdict joins flags only; a rollback joins flags or a verdict).
+        joins = ("rank_anomaly",) if action in ("rank_anomaly", "replay") else ("rank_anomaly", "replay")
         same = (last is not None and last.step == step and last.resumed_from_step is None
-                and last.events[-1].get("action") == "rank_anomaly")
+                and last.events[-1].get("action") in joins)
         if action == "rank_anomaly":
             entry = last if same else _new(faults, event, RANK, "rank anomaly", "flagged; run went on")
             rank = {k: event.get(k) for k in ("rank", "host", "device", "reason")}
@@ -114,12 +125,22 @@ def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
             entry.ranks.append(rank)
             if same:
                 entry.events.append(event)
+        elif action == "hang":  # the watchdog's (watchdog.hang_event): the ranks that did not arrive, and the stop
+            entry = _new(faults, event, HANG, str(event.get("reason", "hang")), str(event.get("decision", "stopped")))
+            behind = event.get("ranks_behind") or ([event["rank"]] if "rank" in event else [])
+            beats = event.get("heartbeats") or {}
+            for r in behind:
+                beat = beats.get(str(r)) or beats.get(r) or {}
+                entry.ranks.append({"rank": r, "host": beat.get("host", event.get("host")),
+                                    "device": beat.get("device", event.get("device")), "reason": "did not arrive"})
+            continue
         elif action == "rollback":
             entry = last if same else _new(faults, event, DATA, "", "")
             if same:
                 entry.events.append(event)
             rolled_back[step] = rolled_back.get(step, 0) + 1
-            entry.what = (f"{entry.what}; " if same else "") + f"{event.get('rule')}: {event.get('reason')}"
+            if not any(e.get("action") == "replay" for e in entry.events):  # a verdict said it already
+                entry.what = (f"{entry.what}; " if same else "") + f"{event.get('rule')}: {event.get('reason')}"
             entry.resumed_from_step = event.get("resumed_from_step")
             entry.skipped_batches = list(event.get("skipped_batches") or [])
             entry.lr_scale = event.get("lr_scale")
@@ -128,11 +149,24 @@ def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
             entry.action = (f"rolled back to step {entry.resumed_from_step}; LR x{entry.lr_scale}; "
                             f"batches {_ranges(entry.skipped_batches)} skipped")
         else:  # an event that classifies itself (the replay's): its own kind, what and decision
-            entry = _new(faults, event, str(event["classification"]), str(event.get("reason", action)),
-                         str(event.get("decision", action)))
-            if "rank" in event:
-                entry.ranks.append({k: event.get(k) for k in ("rank", "host", "device", "reason")})
-            entry.documents = list(event.get("documents") or [])
+            kind = str(event.get("classification", action))
+            verdict = f"replay: {kind}, {event.get('reason', action)}"
+            if same:
+                entry = last
+                entry.events.append(event)
+                entry.what = f"{entry.what}; {verdict}"
+                entry.action = str(event.get("decision", action))
+            else:
+                trigger = f"{event['trigger']}; " if event.get("trigger") else ""
+                entry = _new(faults, event, kind, trigger + verdict, str(event.get("decision", action)))
+            if kind != DATA:  # the rank a hardware or transient verdict names (data is named by its documents)
+                named = event.get("ranks") or ([{"rank": event["rank"]}] if "rank" in event else [])
+                for r in named:
+                    if all(x.get("rank") != r.get("rank") for x in entry.ranks):
+                        entry.ranks.append({"rank": r.get("rank"), "host": r.get("host", event.get("host")),
+                                            "device": r.get("device", event.get("device")),
+                                            "reason": event.get("reason")})
+            entry.documents = list(event.get("documents") or entry.documents)
         if "classification" in event:
             entry.kind = str(event["classification"])
     for i, f in enumerate(faults):  # a flag whose step a later rollback undid (the step was trained again)

@@ -17,8 +17,8 @@ fault test that silently injected nothing would pass for the wrong reason. The f
   (``kind: nan``) before it enters the reduction. On several ranks that is the flat buffer FSDP2 hands to the
   reduce-scatter (``fingerprints.ReduceScatterTap``), so the reduction spreads it as it would spread a real one; on
   one rank, every ``.grad`` after the backward. ``mode: once`` fires at ``step`` only, the first time this process
-  runs it (a replay of that step, next session, runs clean: a transient fault); ``mode: always`` fires at every step
-  from ``step`` on, whatever the batch (a persistent fault, tied to the rank).
+  runs it: the original pass, so its replays (``replay.py``) run clean, a transient fault; ``mode: always`` fires at
+  every step from ``step`` on, in every pass, whatever the batch (a persistent fault, tied to the rank).
 - ``sleep``: the rank sleeps at the start of ``step`` (before its first micro-batch), forever unless ``seconds``
   is given. Its peers wait in their next collective: a hang, for the watchdog.
 - ``poison``: the samples ``samples`` (first and last position inside the global batch, inclusive; the whole
@@ -26,8 +26,12 @@ fault test that silently injected nothing would pass for the wrong reason. The f
   repeated (what a zero- or 0xFF-filled block of a ``.bin`` decodes to) or ``"random"`` (ids drawn uniformly from
   the vocabulary, garbage bytes, seeded by the batch and the sample). The poison is keyed by the data (global batch
   and position), not by the rank: whichever rank serves those samples, in whatever layout, world size or replay,
-  gets the same tokens. That is what a data fault is, and what the replay (next session) must tell apart from a
-  device fault, which follows the rank. Scaling one rank's logits would be a fault of the rank, not of the data.
+  gets the same tokens. That is what a data fault is, and what the replay must tell apart from a device fault,
+  which follows the rank. Scaling one rank's logits would be a fault of the rank, not of the data. The trainer keeps
+  the poisoned micro-batches of the step for its replays, so the swapped replay moves the poison to the other rank.
+- ``replay``: no fault: ``{"step": 4, "rank": 0}`` replays that healthy step as an anomalous one would be (with
+  ``rank``'s micro-batches swapped first, then on the same ranks), and writes a ``replay_probe`` event with each
+  pass's values; the test that a replay is exact, bit for bit.
 - ``log``: one JSON line per fault injected (fault, rank, step, ...), flushed, so tests see what fired and when.
 
 Megatron-LM's ``RerunErrorInjector`` injects into the validated value (the loss) at a random rate; faults here are
@@ -96,12 +100,22 @@ class PoisonFault(StrictModel):
         return self
 
 
+class ReplayProbe(StrictModel):
+    """No fault: a healthy step replayed on demand, as an anomalous one would be (the test that a replay is exact)."""
+
+    step: int = Field(ge=1)
+    """The step replayed (once per process): on the same ranks, and first with ``rank``'s micro-batches swapped."""
+    rank: int = Field(default=0, ge=0)
+    """The rank whose micro-batches trade places with those of ``(rank + 1) % world`` in the swapped pass."""
+
+
 class FaultPlan(StrictModel):
     """The JSON file that ``TOKENMILL_TRAIN_FAULTS`` names."""
 
     grad: GradFault | None = None
     sleep: SleepFault | None = None
     poison: PoisonFault | None = None
+    replay: ReplayProbe | None = None
     log: str | None = None
     """A JSON-lines file: one line per fault injected."""
 
@@ -158,6 +172,15 @@ class TrainFaults:
         if ("grad", step) not in self._fired:
             self._fired.add(("grad", step))
             self._log({"fault": "grad", "step": step, "kind": spec.kind, "factor": spec.factor, "mode": spec.mode})
+
+    def replay_due(self, step: int) -> bool:
+        """Whether to replay ``step`` though it is healthy (the ``replay`` probe), the first time this process runs it."""
+        spec = self.plan.replay
+        if spec is None or spec.step != step or ("replay", step) in self._fired:
+            return False
+        self._fired.add(("replay", step))
+        self._log({"fault": "replay", "step": step})
+        return True
 
     def before_step(self, step: int) -> None:
         """The sleep fault: stop this rank at the start of ``step``."""

@@ -44,8 +44,11 @@ from tokenmill.pipeline.config_base import StrictModel
 
 STATE_VERSION = 1
 
-#: The closed set of reasons a step is called a spike.
+#: The closed set of reasons a step is called a spike by the guard's rules.
 REASONS = ("non_finite_loss", "non_finite_grad_norm", "loss_z", "loss_ratio", "grad_norm_ratio")
+#: Spikes the guard's rules did not see, given to :meth:`DivergenceGuard.flag`: ``rank_anomaly``, a rank flagged by
+#: its fingerprints whose fault the replay (``replay.py``) found to follow the batch; rolled back as any spike.
+FLAGGED_REASONS = ("rank_anomaly",)
 
 
 class RollbacksExhausted(TokenmillError):
@@ -215,6 +218,18 @@ class DivergenceGuard:
 
     # ---- the rule
 
+    def judge(self, step: int, loss: float, grad_norm: float | None = None) -> Verdict:
+        """The verdict :meth:`check` would give, changing nothing (no statistics, no spike counted): the replay asks
+        it of the original pass and of each replay before one of them is applied."""
+        verdict = self._rule(step, float(loss), None if grad_norm is None else float(grad_norm))
+        return verdict if verdict is not None else Verdict(step, False)
+
+    def flag(self, step: int, rule: str, reason: str) -> Verdict:
+        """A spike that the guard's own rules did not see (``rank_anomaly``), counted as one, for a rollback."""
+        if rule not in REASONS + FLAGGED_REASONS:
+            raise ValueError(f"unknown spike rule {rule!r}; rules: {', '.join(REASONS + FLAGGED_REASONS)}")
+        return self._spike(step, rule, reason)
+
     def check(self, step: int, loss: float, grad_norm: float | None = None) -> Verdict:
         """Judge one step; update the statistics only if it is healthy.
 
@@ -225,26 +240,37 @@ class DivergenceGuard:
             grad_norm: the global gradient norm before clipping, or None if not tracked.
         """
         loss = float(loss)
-        if not math.isfinite(loss):
-            return self._spike(step, "non_finite_loss", f"non-finite loss {loss}")
+        grad_norm = None if grad_norm is None else float(grad_norm)
+        verdict = self._rule(step, loss, grad_norm)
+        if verdict is not None:
+            self._spikes += 1
+            return verdict
+        self._loss.update(loss, self.cfg.ewm_alpha)
         if grad_norm is not None:
-            grad_norm = float(grad_norm)
-            if not math.isfinite(grad_norm):
-                return self._spike(step, "non_finite_grad_norm", f"non-finite grad norm {grad_norm}")
+            self._grad.update(grad_norm, self.cfg.ewm_alpha)
+        return Verdict(step, False)
+
+    def _rule(self, step: int, loss: float, grad_norm: float | None) -> Verdict | None:
+        """The first rule a step breaks, as a spike verdict; None when healthy. Reads the statistics only."""
+        if not math.isfinite(loss):
+            return Verdict(step, True, "non_finite_loss", f"non-finite loss {loss}")
+        if grad_norm is not None and not math.isfinite(grad_norm):
+            return Verdict(step, True, "non_finite_grad_norm", f"non-finite grad norm {grad_norm}")
         cfg = self.cfg
         if self.armed:
             mean = self._loss.mean
             if cfg.z_threshold is not None:
                 std = max(self._loss.std, cfg.min_rel_std * abs(mean))
                 if loss > mean + cfg.z_threshold * std:
-                    return self._spike(
+                    return Verdict(
                         step,
+                        True,
                         "loss_z",
                         f"loss {loss:.4g} > mean {mean:.4g} + {cfg.z_threshold:g}·std {std:.3g}",
                     )
             if cfg.ratio_threshold is not None and mean > 0 and loss > cfg.ratio_threshold * mean:
-                return self._spike(
-                    step, "loss_ratio", f"loss {loss:.4g} > {cfg.ratio_threshold:g}x its mean {mean:.4g}"
+                return Verdict(
+                    step, True, "loss_ratio", f"loss {loss:.4g} > {cfg.ratio_threshold:g}x its mean {mean:.4g}"
                 )
             if (
                 grad_norm is not None
@@ -253,15 +279,13 @@ class DivergenceGuard:
                 and self._grad.mean > 0
                 and grad_norm > cfg.max_grad_norm_ratio * self._grad.mean
             ):
-                return self._spike(
+                return Verdict(
                     step,
+                    True,
                     "grad_norm_ratio",
                     f"grad norm {grad_norm:.4g} > {cfg.max_grad_norm_ratio:g}x its mean {self._grad.mean:.4g}",
                 )
-        self._loss.update(loss, cfg.ewm_alpha)
-        if grad_norm is not None:
-            self._grad.update(grad_norm, cfg.ewm_alpha)
-        return Verdict(step, False)
+        return None
 
     def _spike(self, step: int, rule: str, reason: str) -> Verdict:
         self._spikes += 1

@@ -17,6 +17,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tokenmill.train.watchdog import DUMP_SIGNAL, HANG_DIR_ENV, HANG_EXIT, hang_message, report_path
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +29,7 @@ STORE_ENV = "TOKENMILL_STORE_FILE"
 def rank_env(rank: int, nproc: int, store: str, base: dict[str, str]) -> dict[str, str]:
     """The environment of one rank: torchrun's variables, the store file, and the loopback for every socket."""
     env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-           "LOCAL_WORLD_SIZE": str(nproc), STORE_ENV: store}
+           "LOCAL_WORLD_SIZE": str(nproc), STORE_ENV: store, HANG_DIR_ENV: os.path.dirname(store)}
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     env.setdefault("NCCL_SOCKET_IFNAME", "lo")
     # torch would otherwise start one OpenMP thread per core in every rank: N ranks would oversubscribe N-fold.
@@ -61,7 +64,7 @@ def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2, say: Callable[[
         while None in [p.poll() for p in procs] and not any(p.returncode for p in procs):
             time.sleep(poll_s)
         failed = [rank for rank, p in enumerate(procs) if p.returncode]
-        return _stop_after(failed, procs, say) if failed else 0
+        return _stop_after(failed, procs, say, Path(folder)) if failed else 0
     finally:
         for p in procs:
             if p.poll() is None:
@@ -72,14 +75,19 @@ def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2, say: Callable[[
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _stop_after(failed: list[int], procs: list[subprocess.Popen], say: Callable[[str], None]) -> int:
+def _stop_after(failed: list[int], procs: list[subprocess.Popen], say: Callable[[str], None],
+                folder: Path | None = None) -> int:
     """Stop the ranks still running, say which rank failed first, and return its exit status.
 
     A rank killed by a signal is the cause when several are seen at once: its peers fail with gloo's "connection
-    reset" a moment later. The others would otherwise wait in a collective until gloo's timeout (30 minutes).
+    reset" a moment later; then a rank that its watchdog ended (a hang: ``_hang`` says which rank did not arrive).
+    The others would otherwise wait in a collective until gloo's timeout (30 minutes).
     """
-    cause = min(failed, key=lambda rank: (procs[rank].returncode >= 0, rank))
+    cause = min(failed, key=lambda rank: (procs[rank].returncode >= 0, procs[rank].returncode != HANG_EXIT, rank))
     code = procs[cause].returncode
+    if code == HANG_EXIT and folder is not None:
+        say(_hang(procs, folder))
+        return HANG_EXIT
     running = [rank for rank, p in enumerate(procs) if p.poll() is None]
     for rank in running:
         procs[rank].terminate()
@@ -88,6 +96,30 @@ def _stop_after(failed: list[int], procs: list[subprocess.Popen], say: Callable[
     stopped = f"; stopped rank(s) {', '.join(map(str, running))}" if running else ""
     say(f"tokenmill train: rank {cause} {how}{stopped}")
     return _status(code)
+
+
+def _hang(procs: list[subprocess.Popen], folder: Path, grace_s: float = 5.0) -> str:
+    """A rank's watchdog ended it: give the others ``grace_s`` to write their own reports (their watchdogs fire
+    about together), have those still silent dump their stacks (SIGUSR1: faulthandler answers even while Python
+    waits in a collective), stop them all, and return the one message that names the rank that did not arrive."""
+
+    def silent() -> list[int]:
+        return [r for r, p in enumerate(procs) if p.poll() is None and not report_path(folder, r).exists()]
+
+    deadline = time.monotonic() + grace_s
+    while silent() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    reports = [report_path(folder, r) for r in range(len(procs)) if report_path(folder, r).exists()]
+    signalled = silent()
+    for rank in signalled:
+        procs[rank].send_signal(DUMP_SIGNAL)
+    if signalled:
+        time.sleep(1.0)  # faulthandler writes from the signal handler at once; the file system may lag a little
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    _reap(procs)
+    return hang_message(reports, len(procs))
 
 
 def _status(returncode: int) -> int:

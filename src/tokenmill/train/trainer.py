@@ -6,22 +6,28 @@ global gradient-norm clipping; each rank's fingerprints (``fingerprints.py``: it
 all_gather, a flagged rank recorded) before anything is applied; the guard's verdict on the global mean loss and the
 norm. A healthy step updates the weights; a spike is never applied: the run rolls back to the newest healthy
 checkpoint, cuts the learning rate, skips the offending global batches through the loader and writes the event, with
-the documents of those batches, to ``events.jsonl``.
+the documents of those batches, to ``events.jsonl``. With ``faults.replay`` an anomalous step is first re-run from its
+kept micro-batches, on the same ranks and then with the suspect rank's batch swapped, and classified data (rolled
+back), hardware (stopped, ``faulty_ranks.json``) or transient (the replayed step applied): ``replay.py``.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
+import math
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -38,8 +44,11 @@ from tokenmill.train.fingerprints import Anomaly, Fingerprints, anomaly_event, i
 from tokenmill.train.guard import DivergenceGuard, Verdict
 from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines, memory, peak_tflops
 from tokenmill.train.model import OPTDecoder, model_config
+from tokenmill.train.replay import DATA, TRANSIENT, HardwareFault, Pass, classify, exchange, gather_values, \
+    partner, reproduces, shard_norm, suspect, swapped_order, write_faulty_ranks
 from tokenmill.train.report import LogReporter, QuietReporter, TrainReporter
 from tokenmill.train.schedule import learning_rate
+from tokenmill.train.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +57,7 @@ KILL_AFTER_STEP_ENV = "TOKENMILL_KILL_AFTER_STEP"
 # Config keys a resumed run may change without changing what it computes.
 RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "num_workers",
                      "log_every", "peak_tflops", "guard", "output", "compile", "allow_data_change",
-                     "fingerprints"}
+                     "fingerprints", "watchdog", "faults"}
 
 
 def dropout_seed(seed: int, step: int, micro: int, rank: int) -> int:
@@ -111,6 +120,11 @@ class Trainer:
         self.fingerprints = Fingerprints(fp, d.rank, d.world_size, d.device, self.tap, self.sharded) \
             if fp.enabled else None
         self.ranks = JsonLines(self.out / RANKS_JSONL, d.main and fp.enabled)
+        # Replay (replay.py): the step's micro-batches are kept until its update, for the passes that re-run it.
+        self.keep_micros = cfg.faults.replay or (self.faults is not None and self.faults.plan.replay is not None)
+        self.step_micros: list[dict[str, torch.Tensor]] = []
+        self.step_batch = -1
+        self.where: tuple[list[str], list[str]] | None = None  # every rank's host and device, once asked
         self.local_loss = float("nan")
         self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
                                            eps=cfg.eps)
@@ -254,23 +268,31 @@ class Trainer:
 
     # -- one step ------------------------------------------------------------------------------------------------
 
-    def forward_backward(self, step: int) -> tuple[float, int]:
+    def forward_backward(self, step: int, micros: list[dict[str, torch.Tensor]] | None = None,
+                         seed_rank: int | None = None) -> tuple[float, int]:
         """The step's micro-batches forward and backward (gradients reduced on the last): (global mean loss, batch)."""
         d = self.d
         loss_sum = torch.zeros((), device=d.device)
-        batch = -1
+        batch = -1 if micros is None else self.step_batch
+        if micros is None and self.keep_micros:
+            self.step_micros = []
         for m in range(self.accumulation):
-            # Outside the dropout stream: the first next() of an iterator starts the loader's DataLoader, which
-            # draws its workers' base seed from the global RNG (once per run, and again after a rollback).
-            micro = next(self.iterator)
-            batch = self.loader.last_batch
-            if self.faults is not None:
-                first = self.loader.layout.first_position(batch, m) - batch * self.loader.global_batch_size
-                micro = self.faults.poison(step, batch, first, micro)
+            if micros is not None:  # a replay: the step's micro-batches as they were (poison included)
+                micro = micros[m]
+            else:
+                # Outside the dropout stream: the first next() of an iterator starts the loader's DataLoader, which
+                # draws its workers' base seed from the global RNG (once per run, and again after a rollback).
+                micro = next(self.iterator)
+                batch = self.loader.last_batch
+                if self.faults is not None:
+                    first = self.loader.layout.first_position(batch, m) - batch * self.loader.global_batch_size
+                    micro = self.faults.poison(step, batch, first, micro)
+                if self.keep_micros:
+                    self.step_micros.append(micro)
             if self.sharded:
                 self.model.set_requires_gradient_sync(m == self.accumulation - 1)
             positions = micro.get("position_ids")
-            with self._dropout_rng(step, m):
+            with self._dropout_rng(step, m, seed_rank):
                 with self._autocast():
                     loss = self.model(micro["input_ids"].to(d.device, non_blocking=True),
                                       labels=micro["labels"].to(d.device, non_blocking=True),
@@ -278,17 +300,19 @@ class Trainer:
                 (loss / self.accumulation).backward()
             loss_sum += loss.detach().float()
         self.local_loss = float(loss_sum) / self.accumulation
+        self.step_batch = batch
         loss_value, = d.all_mean([self.local_loss])
         return loss_value, batch
 
     @contextmanager
-    def _dropout_rng(self, step: int, micro: int) -> Iterator[None]:
+    def _dropout_rng(self, step: int, micro: int, rank: int | None = None) -> Iterator[None]:
         """Dropout (and any other random op of the forward and backward) from a stream keyed by (seed, step,
         micro-batch, rank) alone: whatever drew from the global RNG before (loader workers starting, a rollback, a
         resume, the caller) cannot shift the masks, and the caller's RNG state is given back unchanged. Neither
-        ``nn.Dropout`` nor ``scaled_dot_product_attention`` takes a generator, hence a forked global stream."""
+        ``nn.Dropout`` nor ``scaled_dot_product_attention`` takes a generator, hence a forked global stream. ``rank``:
+        another rank's stream (a replay that runs that rank's micro-batches here: the same masks as there)."""
         device = self.d.device
-        seed = dropout_seed(self.cfg.seed, step, micro, self.d.rank)
+        seed = dropout_seed(self.cfg.seed, step, micro, self.d.rank if rank is None else rank)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
             torch.default_generator.manual_seed(seed)
             if device.type == "cuda":
@@ -303,8 +327,7 @@ class Trainer:
         faults, fingerprints = self.faults, self.fingerprints
         if faults is not None:
             faults.before_step(step)  # the sleep fault
-            if self.tap is not None:  # a grad fault corrupts the reduce-scatter's input on this rank's step
-                self.tap.corrupt = (lambda grads: faults.corrupt(step, grads)) if faults.grad_due(step) else None
+            self._arm_grad_fault(step)
         t0 = time.perf_counter()
         if fingerprints is not None:
             fingerprints.begin_step()
@@ -319,14 +342,21 @@ class Trainer:
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         grad_norm = float(norm)
+        local: list[float] | None = None
+        anomalies: list[Anomaly] = []
         if fingerprints is not None:  # one all_gather; every rank sees every rank's values, before any update
             local = fingerprints.local(step, self.local_loss, params, grad_norm if shard is None else shard)
             rows, anomalies = fingerprints.gather(step, local, rows=self.ranks.enabled)
             self.ranks.write_many(rows)
             if anomalies:
                 self._rank_anomaly(step, batch, anomalies)
-        verdict = self.guard.check(step, loss_value, grad_norm) if cfg.guard.enabled else None
-        if verdict is not None and verdict.spike:
+        replayed: dict[str, Any] = {}
+        if self.keep_micros:  # replay.py: an anomalous step is re-run and classified before anything is applied
+            loss_value, grad_norm, verdict, replayed = self._replay(step, batch, loss_value, grad_norm, local,
+                                                                    anomalies, params)
+        else:
+            verdict = self.guard.check(step, loss_value, grad_norm) if cfg.guard.enabled else None
+        if verdict is not None and verdict.spike or replayed.get("update_skipped"):
             self.optimizer.zero_grad(set_to_none=True)
         else:
             self.optimizer.step()
@@ -343,7 +373,158 @@ class Trainer:
                **memory(d.device)}
         if fingerprints is not None:
             row["fingerprint_s"] = round(fingerprints.seconds, 6)
+        row.update(replayed)
         return row, verdict
+
+    # -- replay on anomaly (issue 22, item 2; the bookkeeping and the verdict are replay.py's) --------------------
+
+    def _arm_grad_fault(self, step: int) -> None:
+        """The grad fault for this pass of ``step``: a reduce-scatter that corrupts this rank's gradient, or none
+        (``once`` has fired in the original pass, so a replay runs clean; ``always`` fires in every pass)."""
+        faults = self.faults
+        if faults is not None and self.tap is not None:
+            self.tap.corrupt = (lambda grads: faults.corrupt(step, grads)) if faults.grad_due(step) else None
+
+    def _replay(self, step: int, batch: int, loss_value: float, grad_norm: float, local: list[float] | None,
+                anomalies: list[Anomaly], params: list[torch.nn.Parameter]
+                ) -> tuple[float, float, Verdict | None, dict[str, Any]]:
+        """Replay ``step`` if it is anomalous (or the test probe asks), classify it and act: (loss, grad norm,
+        verdict, metrics keys) of the pass whose gradients are now held. Every rank calls it with the same values
+        (gathered, or reduced), so every rank takes the same branch and runs the same collectives."""
+        cfg, guard = self.cfg, self.guard
+        judged = guard.judge(step, loss_value, grad_norm) if cfg.guard.enabled else None
+        non_finite = not (math.isfinite(loss_value) and math.isfinite(grad_norm))
+        anomalous = cfg.faults.replay and (bool(anomalies) or non_finite or (judged is not None and judged.spike))
+        probe = not anomalous and self.faults is not None and self.faults.replay_due(step)
+        if not anomalous and not probe:
+            return loss_value, grad_norm, guard.check(step, loss_value, grad_norm) if cfg.guard.enabled else None, {}
+        world = self.d.world_size
+        if local is not None:
+            mine = list(local[:3])
+        else:  # no fingerprints: the local loss; on one rank the norm is the whole gradient's
+            mine = [self.local_loss, math.nan, math.nan] if self.sharded else [self.local_loss, grad_norm, grad_norm]
+        identity = tuple(range(world))
+        original = Pass("original", loss_value, grad_norm, gather_values(mine, world, self.d.device), identity)
+        hosts, devices = self._where()
+        if probe:
+            # A healthy step replayed on demand: swapped first, then on the same ranks, whose gradients (the
+            # original's, if the replay is exact) are applied.
+            r = self.faults.plan.replay.rank % world
+            passes = [original]
+            if world > 1:
+                p = partner(r, world)
+                passes.append(self._replay_pass("swapped", step, swapped_order(world, r, p), params))
+            same = self._replay_pass("same", step, identity, params)
+            passes.append(same)
+            self.events.write({"time": time.time(), "step": step, "action": "replay_probe", "batch": batch,
+                               "reproduces": reproduces(original, same, 0.0),
+                               "evidence": [x.to_json() for x in passes]})
+            verdict = guard.check(step, same.loss, same.grad_norm) if cfg.guard.enabled else None
+            return same.loss, same.grad_norm, verdict, {"replay": "probe"}
+        flagged = sorted({a.rank for a in anomalies})
+        r = suspect(original.ranks, flagged)
+        trigger = "; ".join([f"rank {e['rank']}: {e['reason']}" for e in anomaly_event(step, anomalies)]
+                            + ([judged.reason] if judged is not None and judged.spike and judged.reason else [])
+                            + ([f"non-finite loss {loss_value} or grad norm {grad_norm}"] if non_finite else []))
+        same = self._replay_pass("same", step, identity, params)
+        again = guard.judge(step, same.loss, same.grad_norm) if cfg.guard.enabled else None
+        same_anomalous = (not (math.isfinite(same.loss) and math.isfinite(same.grad_norm))
+                          or (again is not None and again.spike) or self._flags(same))
+        swapped = None
+        if world > 1 and (same_anomalous or reproduces(original, same, cfg.faults.rtol)):
+            p = partner(r, world)
+            swapped = self._replay_pass("swapped", step, swapped_order(world, r, p), params)
+        decision = classify(original, same, swapped, r, cfg.faults.rtol, same_anomalous)
+        if decision.classification == TRANSIENT:
+            done = "replayed step applied; run went on"
+        elif decision.classification == DATA:
+            done = "rolled back and skipped its batches (the rollback event names the documents)"
+        else:
+            done = "stopped; faulty_ranks.json written" if cfg.faults.on_hardware == "stop" else \
+                "faulty_ranks.json written; run went on without this step's update (world size unchanged)"
+        event = {"time": time.time(), **decision.event(step, batch, trigger, done, hosts, devices)}
+        self.events.write(event)
+        named = f"global batch {batch}" if decision.classification == DATA else \
+            ", ".join(f"rank {x['rank']} on {x['host']} ({x['device']})" for x in event["ranks"])
+        self.say.warn(f"step {step}: {decision.classification} fault ({named}): {decision.reason}; {done}")
+        if decision.classification == TRANSIENT:  # the replay's gradients are held: the clean step is applied
+            verdict = guard.check(step, same.loss, same.grad_norm) if cfg.guard.enabled else None
+            return same.loss, same.grad_norm, verdict, {"classification": TRANSIENT}
+        if decision.classification == DATA:
+            verdict = guard.flag(step, judged.rule, judged.reason) if judged is not None and judged.spike and \
+                judged.rule else guard.flag(step, "rank_anomaly", trigger)
+            return loss_value, grad_norm, verdict, {"classification": DATA}
+        return self._hardware(step, event, done, loss_value, grad_norm)
+
+    def _hardware(self, step: int, event: dict[str, Any], done: str, loss_value: float, grad_norm: float
+                  ) -> tuple[float, float, Verdict | None, dict[str, Any]]:
+        """A fault that follows a rank: faulty_ranks.json for the operator or launcher, then stop (every rank, once
+        the record is on disk) or go on without this step's update."""
+        path = self.out / "faulty_ranks.json"
+        if self.d.main:
+            path = write_faulty_ranks(self.out, event, done)
+        who = ", ".join(f"rank {x['rank']} on host {x['host']} ({x['device']})" for x in event["ranks"])
+        message = (f"step {step}: hardware fault on {who}: {event['reason']}. Recorded in {path}: exclude that "
+                   "node and resume from the last checkpoint (or set faults.on_hardware: continue)")
+        if self.cfg.faults.on_hardware == "stop":
+            if self.d.world_size > 1:
+                torch.distributed.barrier()  # the record is written before any rank exits (the launcher stops all)
+            raise HardwareFault(message)
+        self.say.warn(message)
+        return loss_value, grad_norm, None, {"classification": "hardware", "update_skipped": True}
+
+    def _replay_pass(self, name: str, step: int, order: tuple[int, ...], params: list[torch.nn.Parameter]) -> Pass:
+        """One more pass of ``step`` from the kept micro-batches, rank ``i`` running those of rank ``order[i]`` (with
+        its dropout seeds; the two ranks that trade send theirs to each other): the gradients it leaves are held, and
+        its values, measured as the original pass's were, gathered."""
+        d = self.d
+        self.optimizer.zero_grad(set_to_none=True)
+        self._arm_grad_fault(step)
+        micros = self.step_micros
+        if order[d.rank] != d.rank:
+            micros = exchange(micros, order[d.rank], d.device)
+        measure = self.sharded and self.tap is not None and self.fingerprints is not None
+        if measure:
+            self.tap.squared, self.tap.measure = None, True
+        loss_value, _ = self.forward_backward(step, micros=micros, seed_rank=order[d.rank])
+        if self.faults is not None and self.tap is None and self.faults.grad_due(step):
+            self.faults.corrupt(step, [p.grad for p in params if p.grad is not None])
+        shard = shard_norm(params) if self.sharded and self.fingerprints is not None else math.nan
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip * self.guard.clip_scale, foreach=True)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        grad_norm = float(norm)
+        if not self.sharded:
+            local = shard = grad_norm
+        elif measure:
+            local = math.sqrt(self.tap.take())
+            self.tap.measure = False
+        else:
+            local = math.nan
+        return Pass(name, loss_value, grad_norm, gather_values([self.local_loss, local, shard], d.world_size,
+                                                               d.device), order)
+
+    def _flags(self, replayed: Pass) -> bool:
+        """Whether the fingerprints would flag a rank in ``replayed`` (a copy of the detector: its history is the
+        run's, not the replays')."""
+        if self.fingerprints is None:
+            return False
+        detector = copy.deepcopy(self.fingerprints.detector)
+        return bool(detector.check(np.array([v[:3] for v in replayed.ranks], dtype=np.float64)))
+
+    def _where(self) -> tuple[list[str], list[str]]:
+        """Every rank's host and device (the fingerprints know them; else one all_gather_object, once)."""
+        if self.where is None:
+            if self.fingerprints is not None:
+                self.where = (self.fingerprints.hosts, self.fingerprints.devices)
+            else:
+                me = (socket.gethostname(), str(self.d.device))
+                everyone: list[Any] = [me]
+                if self.d.world_size > 1:
+                    everyone = [None] * self.d.world_size
+                    torch.distributed.all_gather_object(everyone, me)
+                self.where = ([h for h, _ in everyone], [dv for _, dv in everyone])
+        return self.where
 
     # -- divergence ------------------------------------------------------------------------------------------------
 
@@ -373,7 +554,8 @@ class Trainer:
         self._event({"step": verdict.step, "action": "rollback", "rule": verdict.rule, "reason": verdict.reason,
                      "loss": row["loss"], "grad_norm": row["grad_norm"], "batch": row["batch"],
                      "resumed_from_step": loaded.step, "lr_scale": plan.lr_scale, "clip_scale": plan.clip_scale,
-                     "skipped_batches": skipped, "rollbacks": plan.rollbacks, "documents": documents})
+                     "skipped_batches": skipped, "rollbacks": plan.rollbacks, "documents": documents,
+                     **({"classification": row["classification"]} if "classification" in row else {})})
         # Saved again at once, so a crash from here on resumes with the skips and the lower learning rate.
         self.checkpoints.save(loaded.step, self._app_state(), healthy=True, extra=self._extra())
         return loaded.step
@@ -382,10 +564,10 @@ class Trainer:
         """Ranks flagged by their fingerprints at ``step``, before its update is applied; called on every rank with
         the same anomalies (they come from one all_gather).
 
-        Today it records them: a ``rank_anomaly`` event per flagged rank in events.jsonl (rank, host, device, the
-        values and the others' spread) and a warning; the flagged rank also logs it on its own host. The replay
-        of issue 22 (re-run this step on the same ranks, then with the flagged rank's micro-batches moved, and
-        classify data / hardware / transient) goes here, where nothing of the step has been applied yet."""
+        It records them: a ``rank_anomaly`` event per flagged rank in events.jsonl (rank, host, device, the values
+        and the others' spread) and a warning; the flagged rank also logs it on its own host. With
+        ``faults.replay``, ``_replay`` then re-runs the step and classifies it (data / hardware / transient), still
+        before anything of the step is applied."""
         for event in anomaly_event(step, anomalies):
             self.events.write({"time": time.time(), **event, "batch": batch})
             self.say.warn(f"step {step}: rank {event['rank']} on {event['host']} ({event['device']}) flagged: "
@@ -469,9 +651,12 @@ class Trainer:
         first_loss = None
         self.model.train()
         self.say.start(cfg.steps, step)
+        self.watchdog = Watchdog.start(cfg.watchdog, d, self.out, self.model)  # hangs: watchdog.py
         try:  # a live display must not outlive a failed run
             while step < cfg.steps:
+                self.watchdog.begin(step + 1)
                 row, verdict = self._step(step + 1)
+                self.watchdog.done(step + 1)
                 if verdict is not None and verdict.spike:
                     row["spike"] = verdict.reason
                     self.metrics.write(row)
@@ -499,6 +684,7 @@ class Trainer:
                 if kill_after and step >= kill_after:
                     os.kill(os.getpid(), signal.SIGKILL)
         finally:
+            self.watchdog.stop()
             self.say.stop()
         seconds = time.perf_counter() - started
         summary = {"steps": step, "steps_this_run": step - first_step, "seconds": round(seconds, 2),
