@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import parse_train_config
-from tokenmill.train.faults import ENV, FaultPlan, TrainFaults
+from tokenmill.train.faults import ENV, FaultPlan, TrainFaults, poison_tokens
 from tokenmill.train.trainer import Trainer
 from tests.train.runs import config, env, metrics, write_config, write_tokens
 
@@ -41,6 +42,20 @@ def test_off_unless_the_variable_names_a_valid_plan(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(bad))
     with pytest.raises(ConfigError, match=r"grad\.mode(.|\n)*slep"):
         TrainFaults.from_env(0)
+
+
+def test_a_poison_plan_is_checked_and_random_tokens_need_the_vocabulary():
+    """A poison range given backwards or a negative token id is refused naming the field; random tokens without the
+    vocabulary size stop the run naming the variable (a fault test that injected nothing would pass for nothing)."""
+    with pytest.raises(ValidationError, match=r"samples \[5, 2\]: give \[first, last\]"):
+        FaultPlan.model_validate({"poison": {"batch": 1, "samples": [5, 2]}})
+    with pytest.raises(ValidationError, match="tokens -1: a token id is >= 0"):
+        FaultPlan.model_validate({"poison": {"batch": 1, "tokens": -1}})
+    spec = FaultPlan.model_validate({"poison": {"batch": 1}}).poison
+    with pytest.raises(ConfigError, match=f"{ENV}: poison tokens 'random' needs the vocabulary size"):
+        poison_tokens(spec, 1, 0, 9, None)
+    assert torch.equal(poison_tokens(spec, 1, 0, 9, 256), poison_tokens(spec, 1, 0, 9, 256))  # seeded by position
+    assert not torch.equal(poison_tokens(spec, 1, 0, 9, 256), poison_tokens(spec, 1, 1, 9, 256))
 
 
 def test_a_poison_follows_the_data_not_the_rank():

@@ -154,3 +154,17 @@ def test_the_parameter_checksum_sees_one_bit_and_not_the_order():
     flipped = [p.clone() for p in params]
     flipped[0].view(torch.int32)[3, 4] ^= 1 << 20
     assert param_checksum(flipped) != base
+
+
+def test_one_rank_gathers_its_own_row_and_place_without_a_process_group():
+    """The helpers the fingerprints and the replay share: one rank needs no collective."""
+    from tokenmill.train.fingerprints import gather_table, grad_shard_norm, rank_places
+    from tokenmill.train.replay import gather_values
+
+    table = gather_table([1.5, math.nan, 3.0], 1, torch.device("cpu"))
+    assert table.shape == (1, 3) and table.dtype == np.float64 and table[0, 0] == 1.5 and math.isnan(table[0, 1])
+    assert gather_values([1.5, 2.0], 1, torch.device("cpu")) == ((1.5, 2.0),)
+    assert rank_places(1, torch.device("cpu")) == ([socket.gethostname()], ["cpu"])
+    a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))
+    a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([0.0, 4.0, 0.0])
+    assert grad_shard_norm([a, b, torch.nn.Parameter(torch.zeros(1))]) == 5.0  # a parameter with no grad: left out

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokenmill.loader.batches import merge_ranges
 from tokenmill.train.fingerprints import METRICS
 from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines
 from tokenmill.train.replay import DATA, HARDWARE, TRANSIENT
@@ -194,11 +195,6 @@ def _new(faults: list[Fault], event: dict[str, Any], kind: str, what: str, actio
 
 
 def _ranges(batches: list[int]) -> str:
-    """[5, 6, 7, 9] -> "5-7, 9"."""
-    out: list[str] = []
-    for b in sorted(batches):
-        if out and int(out[-1].split("-")[-1]) == b - 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{b}"
-        else:
-            out.append(str(b))
-    return ", ".join(out) or "none"
+    """[5, 6, 7, 9] -> "5-7, 9" (the loader's own merge of batch ranges)."""
+    return ", ".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in merge_ranges((b, b) for b in batches)) \
+        or "none"

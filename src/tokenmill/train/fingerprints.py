@@ -187,6 +187,33 @@ def _norm(tensors: list[torch.Tensor]) -> float:
     return float(torch.linalg.vector_norm(torch.stack([n.to(torch.float64) for n in norms])))
 
 
+def grad_shard_norm(params: list[torch.nn.Parameter]) -> float:
+    """The norm of this rank's local gradients (its shard, with FSDP2), in float64."""
+    return _norm([_local(p.grad) for p in params if p.grad is not None])
+
+
+def gather_table(values: list[float], world_size: int, device: torch.device) -> np.ndarray:
+    """Every rank's ``values`` in one all_gather of a float64 tensor: (world, len(values)), the same on every rank."""
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    if world_size == 1:
+        return mine.cpu().numpy()[None, :]
+    parts = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(parts, mine)
+    return torch.stack(parts).cpu().numpy()
+
+
+def rank_places(world_size: int, device: torch.device) -> tuple[list[str], list[str]]:
+    """Every rank's host and device (with the GPU's name on CUDA): one all_gather_object on several ranks."""
+    name = str(device)
+    if device.type == "cuda":
+        name += f" ({torch.cuda.get_device_name(device)})"
+    everyone: list[Any] = [(socket.gethostname(), name)]
+    if world_size > 1:
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, (socket.gethostname(), name))
+    return [h for h, _ in everyone], [dv for _, dv in everyone]
+
+
 try:  # FSDP2's default reduce-scatter: a public hook (``set_custom_reduce_scatter``) over a private class
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter as _BaseReduceScatter
 except ImportError:  # pragma: no cover - another torch: no local (pre-reduction) norm on several ranks
@@ -244,17 +271,7 @@ class Fingerprints:
                  tap: ReduceScatterTap | None, sharded: bool):
         self.cfg, self.rank, self.world_size, self.device = cfg, rank, world_size, device
         self.tap, self.sharded = tap, sharded
-        name = str(device)
-        if device.type == "cuda":
-            name += f" ({torch.cuda.get_device_name(device)})"
-        me = (socket.gethostname(), name)
-        if world_size > 1:
-            everyone: list[Any] = [None] * world_size
-            dist.all_gather_object(everyone, me)
-        else:
-            everyone = [me]
-        self.hosts = [h for h, _ in everyone]
-        self.devices = [dv for _, dv in everyone]
+        self.hosts, self.devices = rank_places(world_size, device)
         # A torch without FSDP2's reduce-scatter hook: no local norm on several ranks (NaN), and not checked.
         self.detector = Detector(cfg, world_size, ("grad_norm_local",) if sharded and tap is None else ())
         self.seconds = 0.0
@@ -269,7 +286,7 @@ class Fingerprints:
         """The norm of this rank's shard of the reduced gradient; before clipping scales it. Several ranks only: on
         one rank it is the norm that clipping computes anyway (``local``'s ``shard``)."""
         t0 = time.perf_counter()
-        value = _norm([_local(p.grad) for p in params if p.grad is not None])
+        value = grad_shard_norm(params)
         self.seconds += time.perf_counter() - t0
         return value
 
@@ -293,13 +310,7 @@ class Fingerprints:
         """Every rank's values (one all_gather), their ranks.jsonl rows (none unless ``rows``: only the rank that
         writes ranks.jsonl needs them), and the anomalies found."""
         t0 = time.perf_counter()
-        mine = torch.tensor(values, dtype=torch.float64, device=self.device)
-        if self.world_size > 1:
-            parts = [torch.empty_like(mine) for _ in range(self.world_size)]
-            dist.all_gather(parts, mine)
-            table = torch.stack(parts).cpu().numpy()
-        else:
-            table = mine.cpu().numpy()[None, :]
+        table = gather_table(values, self.world_size, self.device)
         found = self.detector.check(table[:, :len(METRICS)])
         anomalies = [Anomaly(step, r, self.hosts[r], self.devices[r], metric, rule, value, ref, score,
                              tuple(float(v) for v in table[:, METRICS.index(metric)]))

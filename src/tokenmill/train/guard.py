@@ -243,8 +243,7 @@ class DivergenceGuard:
         grad_norm = None if grad_norm is None else float(grad_norm)
         verdict = self._rule(step, loss, grad_norm)
         if verdict is not None:
-            self._spikes += 1
-            return verdict
+            return self._spike(step, verdict.rule, verdict.reason)
         self._loss.update(loss, self.cfg.ewm_alpha)
         if grad_norm is not None:
             self._grad.update(grad_norm, self.cfg.ewm_alpha)

@@ -42,9 +42,7 @@ class JsonLines:
         self.path, self.enabled = path, enabled
 
     def write(self, row: dict[str, Any]) -> None:
-        if self.enabled:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row, allow_nan=True) + "\n")
+        self.write_many([row])
 
     def write_many(self, rows: list[dict[str, Any]]) -> None:
         """Append several rows with one open (ranks.jsonl: one row per rank per step)."""

@@ -38,6 +38,7 @@ from pydantic import Field
 
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.train.fingerprints import gather_table
 
 DATA, HARDWARE, TRANSIENT = "data", "hardware", "transient"
 CLASSIFICATIONS = (DATA, HARDWARE, TRANSIENT)
@@ -216,22 +217,9 @@ def _describe(values: tuple[float, ...]) -> str:
     return ", ".join(f"{k} {values[RANK_VALUES.index(k)]:.6g}" for k in COMPARED)
 
 
-def shard_norm(params: list[torch.nn.Parameter]) -> float:
-    """The norm of this rank's local gradients (its shard, with FSDP2), in float64."""
-    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    return float(torch.linalg.vector_norm(torch.stack([n.double() for n in torch._foreach_norm(grads)])))
-
-
 def gather_values(values: list[float], world: int, device: torch.device) -> tuple[tuple[float, ...], ...]:
     """Every rank's ``values`` (one all_gather), the same table on every rank."""
-    mine = torch.tensor(values, dtype=torch.float64, device=device)
-    if world == 1:
-        return (tuple(mine.tolist()),)
-    parts = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(parts, mine)
-    return tuple(tuple(t.tolist()) for t in parts)
+    return tuple(tuple(row) for row in gather_table(values, world, device).tolist())
 
 
 def exchange(micros: list[dict[str, torch.Tensor]], peer: int, device: torch.device) -> list[dict[str, torch.Tensor]]:

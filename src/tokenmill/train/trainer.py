@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,12 +39,13 @@ from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.distributed import Distributed, setup
 from tokenmill.train.faults import TrainFaults
-from tokenmill.train.fingerprints import Anomaly, Fingerprints, anomaly_event, install_tap
+from tokenmill.train.fingerprints import Anomaly, Fingerprints, anomaly_event, grad_shard_norm, install_tap, \
+    rank_places
 from tokenmill.train.guard import DivergenceGuard, Verdict
 from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines, memory, peak_tflops
 from tokenmill.train.model import OPTDecoder, model_config
-from tokenmill.train.replay import DATA, TRANSIENT, HardwareFault, Pass, classify, exchange, gather_values, \
-    partner, reproduces, shard_norm, suspect, swapped_order, write_faulty_ranks
+from tokenmill.train.replay import DATA, FAULTY_RANKS_JSON, TRANSIENT, HardwareFault, Pass, classify, exchange, \
+    gather_values, partner, reproduces, suspect, swapped_order, write_faulty_ranks
 from tokenmill.train.report import LogReporter, QuietReporter, TrainReporter
 from tokenmill.train.schedule import learning_rate
 from tokenmill.train.watchdog import Watchdog
@@ -333,15 +333,10 @@ class Trainer:
             fingerprints.begin_step()
         loss_value, batch = self.forward_backward(step)
         params = list(self.model.parameters())
-        if faults is not None and self.tap is None and faults.grad_due(step):
-            faults.corrupt(step, [p.grad for p in params if p.grad is not None])
+        self._corrupt_untapped(step, params)
         # This rank's shard norm, before clipping scales the gradients (one rank: the clipping's norm is the same).
         shard = fingerprints.shard_norm(params) if fingerprints is not None and self.sharded else None
-        clip = cfg.grad_clip * self.guard.clip_scale
-        norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        grad_norm = float(norm)
+        grad_norm = self._clip(params)
         local: list[float] | None = None
         anomalies: list[Anomaly] = []
         if fingerprints is not None:  # one all_gather; every rank sees every rank's values, before any update
@@ -355,7 +350,7 @@ class Trainer:
             loss_value, grad_norm, verdict, replayed = self._replay(step, batch, loss_value, grad_norm, local,
                                                                     anomalies, params)
         else:
-            verdict = self.guard.check(step, loss_value, grad_norm) if cfg.guard.enabled else None
+            verdict = self._check(step, loss_value, grad_norm)
         if verdict is not None and verdict.spike or replayed.get("update_skipped"):
             self.optimizer.zero_grad(set_to_none=True)
         else:
@@ -385,6 +380,22 @@ class Trainer:
         if faults is not None and self.tap is not None:
             self.tap.corrupt = (lambda grads: faults.corrupt(step, grads)) if faults.grad_due(step) else None
 
+    def _check(self, step: int, loss_value: float, grad_norm: float) -> Verdict | None:
+        """The guard's verdict on the step (counted and learnt from); None with the guard off."""
+        return self.guard.check(step, loss_value, grad_norm) if self.cfg.guard.enabled else None
+
+    def _corrupt_untapped(self, step: int, params: list[torch.nn.Parameter]) -> None:
+        """The grad fault where no reduce-scatter tap carries it (one rank): every ``.grad`` after the backward."""
+        if self.faults is not None and self.tap is None and self.faults.grad_due(step):
+            self.faults.corrupt(step, [p.grad for p in params if p.grad is not None])
+
+    def _clip(self, params: list[torch.nn.Parameter]) -> float:
+        """Clip the gradients to the global norm (the guard may have scaled the limit down); the norm before."""
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip * self.guard.clip_scale, foreach=True)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        return float(norm)
+
     def _replay(self, step: int, batch: int, loss_value: float, grad_norm: float, local: list[float] | None,
                 anomalies: list[Anomaly], params: list[torch.nn.Parameter]
                 ) -> tuple[float, float, Verdict | None, dict[str, Any]]:
@@ -397,7 +408,7 @@ class Trainer:
         anomalous = cfg.faults.replay and (bool(anomalies) or non_finite or (judged is not None and judged.spike))
         probe = not anomalous and self.faults is not None and self.faults.replay_due(step)
         if not anomalous and not probe:
-            return loss_value, grad_norm, guard.check(step, loss_value, grad_norm) if cfg.guard.enabled else None, {}
+            return loss_value, grad_norm, self._check(step, loss_value, grad_norm), {}
         world = self.d.world_size
         if local is not None:
             mine = list(local[:3])
@@ -419,7 +430,7 @@ class Trainer:
             self.events.write({"time": time.time(), "step": step, "action": "replay_probe", "batch": batch,
                                "reproduces": reproduces(original, same, 0.0),
                                "evidence": [x.to_json() for x in passes]})
-            verdict = guard.check(step, same.loss, same.grad_norm) if cfg.guard.enabled else None
+            verdict = self._check(step, same.loss, same.grad_norm)
             return same.loss, same.grad_norm, verdict, {"replay": "probe"}
         flagged = sorted({a.rank for a in anomalies})
         r = suspect(original.ranks, flagged)
@@ -448,7 +459,7 @@ class Trainer:
             ", ".join(f"rank {x['rank']} on {x['host']} ({x['device']})" for x in event["ranks"])
         self.say.warn(f"step {step}: {decision.classification} fault ({named}): {decision.reason}; {done}")
         if decision.classification == TRANSIENT:  # the replay's gradients are held: the clean step is applied
-            verdict = guard.check(step, same.loss, same.grad_norm) if cfg.guard.enabled else None
+            verdict = self._check(step, same.loss, same.grad_norm)
             return same.loss, same.grad_norm, verdict, {"classification": TRANSIENT}
         if decision.classification == DATA:
             verdict = guard.flag(step, judged.rule, judged.reason) if judged is not None and judged.spike and \
@@ -460,7 +471,7 @@ class Trainer:
                   ) -> tuple[float, float, Verdict | None, dict[str, Any]]:
         """A fault that follows a rank: faulty_ranks.json for the operator or launcher, then stop (every rank, once
         the record is on disk) or go on without this step's update."""
-        path = self.out / "faulty_ranks.json"
+        path = self.out / FAULTY_RANKS_JSON
         if self.d.main:
             path = write_faulty_ranks(self.out, event, done)
         who = ", ".join(f"rank {x['rank']} on host {x['host']} ({x['device']})" for x in event["ranks"])
@@ -487,13 +498,9 @@ class Trainer:
         if measure:
             self.tap.squared, self.tap.measure = None, True
         loss_value, _ = self.forward_backward(step, micros=micros, seed_rank=order[d.rank])
-        if self.faults is not None and self.tap is None and self.faults.grad_due(step):
-            self.faults.corrupt(step, [p.grad for p in params if p.grad is not None])
-        shard = shard_norm(params) if self.sharded and self.fingerprints is not None else math.nan
-        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip * self.guard.clip_scale, foreach=True)
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        grad_norm = float(norm)
+        self._corrupt_untapped(step, params)
+        shard = grad_shard_norm(params) if self.sharded and self.fingerprints is not None else math.nan
+        grad_norm = self._clip(params)
         if not self.sharded:
             local = shard = grad_norm
         elif measure:
@@ -515,15 +522,8 @@ class Trainer:
     def _where(self) -> tuple[list[str], list[str]]:
         """Every rank's host and device (the fingerprints know them; else one all_gather_object, once)."""
         if self.where is None:
-            if self.fingerprints is not None:
-                self.where = (self.fingerprints.hosts, self.fingerprints.devices)
-            else:
-                me = (socket.gethostname(), str(self.d.device))
-                everyone: list[Any] = [me]
-                if self.d.world_size > 1:
-                    everyone = [None] * self.d.world_size
-                    torch.distributed.all_gather_object(everyone, me)
-                self.where = ([h for h, _ in everyone], [dv for _, dv in everyone])
+            self.where = (self.fingerprints.hosts, self.fingerprints.devices) if self.fingerprints is not None \
+                else rank_places(self.d.world_size, self.d.device)
         return self.where
 
     # -- divergence ------------------------------------------------------------------------------------------------

@@ -204,10 +204,7 @@ class Watchdog:
         beat = self._heartbeat()
         if beat["ticks"] == self._written:
             return
-        path = heartbeat_path(self.folder, self.rank)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(beat), encoding="utf-8")
-        os.replace(tmp, path)
+        _replace(heartbeat_path(self.folder, self.rank), json.dumps(beat))
         self._written = beat["ticks"]
 
     def read_heartbeats(self) -> dict[int, dict[str, Any] | None]:
@@ -243,9 +240,7 @@ class Watchdog:
         if os.environ.get(HANG_DIR_ENV):
             targets.append(report_path(Path(os.environ[HANG_DIR_ENV]), self.rank))
         for path in targets:
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            _replace(path, text)
         if self._claim():
             self._event(report)
         log.error("watchdog (rank %d): %s; this rank's stacks in %s", self.rank, report["message"], stacks)
@@ -381,14 +376,22 @@ def hang_message(reports: list[Path], world_size: int) -> str:
     folder = Path(report["watchdog_dir"])
     lines = [f"tokenmill train: hang: {report['message']} (seen by rank {report['rank']} after "
              f"{report['stalled_s']:.1f} s without a finished step)"]
+    texts = {r: _read(stack_path(folder, r)) for r in {*range(world_size), *report["behind"][:1]}}  # read once
     for rank in report["behind"][:1]:
-        text = _read(stack_path(folder, rank))
+        text = texts[rank]
         lines.append(f"rank {rank}'s stack (main thread):\n" + (main_stack(text) if this_run(text).strip()
                                                                 else "(none written: the rank did not answer)"))
-    written = [r for r in range(world_size) if this_run(_read(stack_path(folder, r))).strip()]
+    written = [r for r in range(world_size) if this_run(texts[r]).strip()]
     lines.append("every rank's stack in: " + ", ".join(str(stack_path(folder, r)) for r in written)
                  + "".join(f"; rank {r}: no stack written" for r in range(world_size) if r not in written))
     return "\n".join(lines)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary name and ``os.replace``: a reader never sees half a file."""
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _read(path: Path) -> str:
