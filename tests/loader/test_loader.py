@@ -302,3 +302,15 @@ def test_an_index_pointing_outside_its_folder_is_refused(tmp_path, prefix):
     path.write_text(json.dumps(index))
     with pytest.raises(DataError, match="not a path inside"):
         TokenLoader([path], seq_len=SEQ, global_batch_size=2)
+
+
+def test_an_index_whose_token_count_disagrees_with_its_idx_names_the_file(tmp_path):
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(20, np.random.default_rng(0))}, files_per_source=1)
+    index = json.loads(path.read_text())
+    entry = index["splits"]["train"]["files"][0]
+    entry["tokens"] -= 1
+    path.write_text(json.dumps(index))
+    loader = TokenLoader([path], seq_len=SEQ, global_batch_size=2, verify=False)
+    with pytest.raises(DataError, match=rf"{entry['prefix']}\.idx holds {entry['tokens'] + 1} tokens but tokens\.json "
+                                        rf"says {entry['tokens']}: the files changed after tokenize"):
+        next(iter(loader))

@@ -41,6 +41,13 @@ def test_a_run_folder_uri_finds_its_index(data, tmp_path):
     loader.close()
 
 
+def test_a_missing_split_names_the_uri_and_the_splits_there(data, tmp_path):
+    # The same message as for a local tokens.json: both go through tokens_json.TokensIndex.files.
+    with pytest.raises(DataError, match=rf"{URI}: no split 'test' \(has \['train'\]\)"):
+        TokenLoader(URI, cache_dir=tmp_path / "cache", split="test", **KW)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())  # nothing fetched
+
+
 def test_a_missing_token_file_is_named_before_the_first_batch(data, tmp_path, s3_server):
     s3_server.client().delete_object(Bucket=BUCKET, Key="run/tokenize/train/beta.0002.bin")
     with pytest.raises(DataError, match=f"s3://{BUCKET}/run/tokenize/train/beta.0002.bin: no such object"):

@@ -200,3 +200,12 @@ def test_finalize_once():
         w.add_document(np.array([1]))
     with pytest.raises(ValueError):
         w.finalize()
+
+
+@pytest.mark.parametrize("lengths", [[], [5], [3, 1, 4, 1, 5, 9, 2, 6]])
+def test_index_bytes_is_the_size_build_index_writes(lengths):
+    """What the streaming loader budgets for a .idx before fetching it: the size the writer makes."""
+    from tokenmill.tokenize.indexed import build_index, index_bytes
+
+    for dtype in (np.uint16, np.int32):
+        assert index_bytes(len(lengths)) == len(build_index(np.dtype(dtype), lengths))

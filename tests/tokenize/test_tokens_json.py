@@ -41,6 +41,13 @@ def test_build_sorts_files_sums_splits_and_reads_back(tmp_path):
     assert read.prefix_path(read.files("train")[0]) == tmp_path / "tokenize" / "train" / "a.0000"
     with pytest.raises(DataError, match=r"no split 'test' \(has \['train', 'valid'\]\)"):
         read.files("test")
+    # Read from a store (`loader.remote.read_index`): the same index, its paths URIs joined as text.
+    remote = tokens_json.TokensIndex("s3://bucket/run/tokenize/tokens.json", index)
+    assert remote.folder == "s3://bucket/run/tokenize"
+    assert remote.tokenizer_path == "s3://bucket/run/tokenize/tokenizer.json"
+    assert remote.prefix_path(remote.files("train")[0]) == "s3://bucket/run/tokenize/train/a.0000"
+    with pytest.raises(DataError, match=r"^s3://bucket/run/tokenize/tokens\.json: no split 'test'"):
+        remote.files("test")
 
 
 def _written(tmp_path, edit) -> str:

@@ -104,6 +104,8 @@ class FileBlockShuffle:
         self._starts = self._offsets[::self.blocks]  # each window's first place (and the end, when it divides)
         if self._starts[-1] != self.n:
             self._starts = np.append(self._starts, self.n)
+        # The same as Python lists, for `_one`'s bisect: a micro-batch's handful of places costs no numpy calls.
+        self._lists = (self._starts.tolist(), self._offsets.tolist(), self._order.tolist(), self.edges.tolist())
         self._windows: dict[int, FeistelPermutation] = {}
 
     def _inner(self, w: int) -> FeistelPermutation:
@@ -117,12 +119,8 @@ class FileBlockShuffle:
         return perm
 
     def _one(self, p: int) -> int:
-        """One place in Python integers (bisect on lists): a micro-batch's handful costs no numpy calls."""
-        lists = self.__dict__.get("_lists")
-        if lists is None:
-            lists = self._lists = (self._starts.tolist(), self._offsets.tolist(), self._order.tolist(),
-                                   self.edges.tolist())
-        starts, offsets, order, edges = lists
+        """One place in Python integers (bisect on lists)."""
+        starts, offsets, order, edges = self._lists
         w = bisect.bisect_right(starts, p) - 1
         perm, o = self._inner(w), p - starts[w]
         place = starts[w] + (perm._one(o) if perm.n > 1 else o)

@@ -306,8 +306,9 @@ class TokenCache:
             held, window = set(self._held), set(self.window)
         # First what nobody expects to read soon; then, if that is not enough, this process's own window (files
         # read soon can be fetched again; the file needed now cannot wait).
+        entries.sort()  # least recently used first
         for spare in (held | window, held):
-            for _, name, nbytes in sorted(entries):
+            for _, name, nbytes in entries:
                 if used + size <= self.limit:
                     return used
                 if name in spare or not (self.folder / name).exists():

@@ -275,13 +275,13 @@ class TokenLoader:
         from tokenmill.loader.cache import CachedObject, TokenCache
         from tokenmill.loader.prefetch import TokenFetcher
         from tokenmill.loader.remote import check_objects, local_name
+        from tokenmill.tokenize.indexed import index_bytes
         from tokenmill.loader.streams import HEAD
 
         folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         objects, sizes = {}, {}
-        for stream in self.streams:
-            if not stream.files or not isinstance(stream.files[0].prefix, str):  # a local stream
-                continue
+        remote = [s for s in self.streams if s.files and isinstance(s.files[0].prefix, str)]  # files are URIs
+        for stream in remote:
             itemsize = stream.dtype.itemsize
             for i, f in enumerate(stream.files):
                 bin_uri, idx_uri = f"{f.prefix}.bin", f"{f.prefix}.idx"
@@ -290,7 +290,7 @@ class TokenLoader:
                                              CachedObject(idx_uri, local_name(idx_uri, f.idx_sha256, ".idx"),
                                                           f.idx_sha256))
                 # One sequence per document, as tokenize writes them: header + lengths, pointers, document indices.
-                sizes[(stream.name, i)] = f.tokens * itemsize + 42 + 20 * f.documents
+                sizes[(stream.name, i)] = f.tokens * itemsize + index_bytes(f.documents)
         check_objects(store, {o.uri: o.size for pair in objects.values() for o in pair})
         whole = dict(sizes)
         total = sum(whole.values())
@@ -311,8 +311,7 @@ class TokenLoader:
                                   "may read several files at once: a few times that is the practical minimum)")
             # Each process building micro-batches (the workers, or this one) pins the files of the sample it reads:
             # one file, or more when a sample crosses file ends.
-            least = min((f.tokens for stream in self.streams for f in stream.files
-                         if isinstance(f.prefix, str) and f.tokens), default=1)
+            least = min((f.tokens for stream in remote for f in stream.files if f.tokens), default=1)
             span = min(len(whole), 1 + -(-self.seq_len // least))
             pinned = max(1, self.num_workers) * span * sizes[key]
             if pinned > cache_bytes < total:  # (a cache that holds all the data holds any sample's files)
@@ -323,9 +322,7 @@ class TokenLoader:
         if cache_bytes < total:
             # The sample that runs from one file into the next reads the next one's recorded head (a ranged read,
             # checked against its own sha256), not the whole file: a block of a file's samples needs that file only.
-            for stream in self.streams:
-                if not stream.files or not isinstance(stream.files[0].prefix, str):
-                    continue
+            for stream in remote:
                 stream.heads = True
                 for i, f in enumerate(stream.files):
                     if f.head_bytes and f.head_sha256 and f.head_bytes < f.tokens * stream.dtype.itemsize:
@@ -349,9 +346,8 @@ class TokenLoader:
         # Files kept open past their micro-batch: all when the cache holds all the data, else the window's share.
         fetcher = TokenFetcher(cache, objects, sizes, int(window), threads,
                                hold_bytes=total if cache_bytes >= total else int(window))
-        for stream in self.streams:
-            if stream.files and isinstance(stream.files[0].prefix, str):
-                stream.fetcher = fetcher
+        for stream in remote:
+            stream.fetcher = fetcher
         return fetcher
 
     def fetch_stats(self) -> dict[str, int]:

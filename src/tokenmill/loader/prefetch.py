@@ -13,6 +13,7 @@ locations, computed 64 micro-batches at a time, so the builder does not locate t
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections import OrderedDict, deque
@@ -50,8 +51,6 @@ class TokenFetcher:
         self._reset()
 
     def _mine(self) -> None:
-        import os
-
         if self._pid != os.getpid():  # forked: the parent's pins and thread are not this process's
             self._reset()
             self._pid = os.getpid()

@@ -21,7 +21,7 @@ from typing import BinaryIO, Callable, TypeVar
 
 import pyarrow.fs as pafs
 
-from tokenmill.tokenize.tokens_json import FILE, DataError, validate
+from tokenmill.tokenize.tokens_json import FILE, DataError, TokensIndex, validate
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +113,6 @@ class ObjectStore:
             return fs.get_file_info(path).type == pafs.FileType.File
         return self.retry(uri, "look-up", attempt)
 
-    def size(self, uri: str) -> int:
-        """The object's size in bytes (one HEAD request)."""
-        def attempt() -> int:
-            fs, path = self.filesystem(uri)
-            info = fs.get_file_info(path)
-            if info.type != pafs.FileType.File:
-                raise FileNotFoundError(uri)
-            return int(info.size)
-        return self.retry(uri, "size look-up", attempt)
-
     def download(self, uri: str, begin: Callable[[int], BinaryIO | None],
                  cancelled: Callable[[], bool] | None = None,
                  length: int | None = None) -> tuple[str, int, BinaryIO | None]:
@@ -210,15 +200,15 @@ def index_uri(uri: str, store: ObjectStore) -> str:
     return f"{uri}/{FILE}"
 
 
-def read_index(uri: str, store: ObjectStore) -> tuple[str, dict]:
-    """(the index's URI, its validated content); the prefixes in it are relative to the index's folder."""
+def read_index(uri: str, store: ObjectStore) -> TokensIndex:
+    """The index at ``uri`` (or in that folder, or that run folder's ``tokenize/``), validated; its paths are URIs."""
     uri = index_uri(uri, store)
     raw = store.read_bytes(uri)
     try:
         data = json.loads(raw)
     except ValueError as exc:
         raise DataError(f"{uri}: not a readable tokens.json: {exc}") from None
-    return uri, validate(data, uri)
+    return TokensIndex(uri, validate(data, uri))
 
 
 def local_name(uri: str, sha256: str, suffix: str) -> str:

@@ -63,6 +63,9 @@ class TokenStream:
     heads: bool = False
     """A remote stream whose cache cannot hold all the data: a sample running into a file reads its head only."""
     _starts: np.ndarray = field(init=False, repr=False)
+    _starts_list: list = field(init=False, repr=False)
+    """``_starts`` as Python ints, for `file_range`'s bisect (a few hundred ns where numpy's searchsorted on two
+    scalars costs microseconds)."""
     _open: OrderedDict = field(init=False, repr=False, default_factory=OrderedDict)
     _doc_ends: dict = field(init=False, repr=False, default_factory=dict)
     _views: dict = field(init=False, repr=False, default_factory=dict)
@@ -72,6 +75,7 @@ class TokenStream:
     def __post_init__(self):
         sizes = np.array([f.tokens for f in self.files], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._starts_list = self._starts.tolist()
 
     def __getstate__(self):
         # Memory maps are reopened in each DataLoader worker, never pickled (that would copy the data).
@@ -87,11 +91,8 @@ class TokenStream:
         return int(self._starts[-1])
 
     def file_range(self, start: int, stop: int) -> range:
-        """The files holding tokens ``[start, stop)`` (``stop > start``). By bisect on a list of the file starts: a
-        few hundred ns where numpy's searchsorted on two scalars costs microseconds."""
-        starts = self.__dict__.get("_starts_list")
-        if starts is None:
-            starts = self.__dict__["_starts_list"] = self._starts.tolist()
+        """The files holding tokens ``[start, stop)`` (``stop > start``)."""
+        starts = self._starts_list
         return range(bisect.bisect_right(starts, start) - 1, bisect.bisect_right(starts, stop - 1))
 
     def samples(self, seq_len: int) -> int:
@@ -110,9 +111,7 @@ class TokenStream:
                 reader = IndexedReader(f.prefix if self.fetcher is None else self.fetcher.local(self, i))
             except ValueError as exc:
                 raise DataError(f"stream {self.name}: {f.prefix}: {exc}") from None
-            if reader.num_tokens != f.tokens:
-                raise DataError(f"{f.prefix}.idx holds {reader.num_tokens} tokens but tokens.json says {f.tokens}: "
-                                "the files changed after tokenize; rerun the tokenize stage")
+            self._check_tokens(i, reader.num_tokens)
             if reader.dtype.newbyteorder("=") != self.dtype.newbyteorder("="):
                 raise DataError(f"{f.prefix}.idx has dtype {reader.dtype}, tokens.json says {self.dtype}")
             # A plain ndarray view of the map: slicing np.memmap itself costs a subclass finalizer per slice.
@@ -125,6 +124,13 @@ class TokenStream:
             self._open.move_to_end(i)
         return reader
 
+    def _check_tokens(self, i: int, found: int) -> None:
+        """File ``i``'s ``.idx`` counts ``found`` tokens: what `tokens.json` records, else a DataError naming it."""
+        f = self.files[i]
+        if found != f.tokens:
+            raise DataError(f"{f.prefix}.idx holds {found} tokens but tokens.json says {f.tokens}: "
+                            "the files changed after tokenize; rerun the tokenize stage")
+
     def forget(self, i: int, head: bool = False) -> None:
         """Close file ``i``'s memory map, or its head's (a remote file is about to be released to eviction)."""
         if head:
@@ -135,22 +141,14 @@ class TokenStream:
 
     def parts(self, start: int, stop: int) -> list[tuple]:
         """What a remote stream's tokens ``[start, stop)`` read: ``(file,)`` for a whole file, ``(file, HEAD)`` for
-        the next file's recorded head when they run into it only that far."""
+        the next file's recorded head when they run from one file into the next only as far as that head holds (the
+        head is read instead of the whole file)."""
         files = self.file_range(start, stop)
-        if self.head_tokens_needed(start, stop) is None:
-            return [(i,) for i in files]
-        return [(files[0],), (files[1], HEAD)]
-
-    def head_tokens_needed(self, start: int, stop: int) -> int | None:
-        """For a remote stream's tokens ``[start, stop)`` that run from one file into the next: how many of the next
-        file's tokens they need, when its recorded head holds them (that head is read instead of the whole file);
-        else None."""
-        files = self.file_range(start, stop)
-        if len(files) != 2 or not self.heads:
-            return None
-        nxt = self.files[files[1]]
-        need = stop - int(self._starts[files[1]])
-        return need if need * self.dtype.itemsize <= nxt.head_bytes else None
+        if self.heads and len(files) == 2:
+            nxt = files[1]
+            if (stop - self._starts_list[nxt]) * self.dtype.itemsize <= self.files[nxt].head_bytes:
+                return [(files[0],), (nxt, HEAD)]
+        return [(i,) for i in files]
 
     def set_head(self, i: int, bin_path, idx_path) -> None:
         """File ``i`` is held by its head: the tokens in ``bin_path`` (its first bytes, verified), its ``.idx``."""
@@ -189,10 +187,7 @@ class TokenStream:
             head = self._heads.get(i) if i not in self._open else None
             if head is not None:  # held by its head: the documents from its .idx alone
                 parsed = parse_index(head[1].read_bytes(), head[1])
-                if parsed.num_tokens != self.files[i].tokens:
-                    raise DataError(f"{self.files[i].prefix}.idx holds {parsed.num_tokens} tokens but tokens.json "
-                                    f"says {self.files[i].tokens}: the files changed after tokenize; rerun the "
-                                    "tokenize stage")
+                self._check_tokens(i, parsed.num_tokens)
                 lengths = parsed.sequence_lengths
             else:
                 lengths = self.reader(i).sequence_lengths
@@ -230,11 +225,11 @@ class TokenStream:
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
-def _read_index(raw, store) -> tokens_json.TokensIndex | tuple[str, dict]:
+def _read_index(raw, store) -> tokens_json.TokensIndex:
     if store is not None and isinstance(raw, str) and "://" in raw:
         from tokenmill.loader.remote import read_index
 
-        return read_index(raw, store)
+        return read_index(raw, store)  # its prefixes are URIs: the stream's files are remote
     return tokens_json.read(raw)
 
 
@@ -247,31 +242,21 @@ def load_streams(paths: list[str | Path], split: str, store=None) -> tuple[list[
     info: dict = {}
     for d, raw in enumerate(paths):
         index = _read_index(raw, store)
-        if isinstance(index, tuple):  # a URI: prefixes are relative to the index's folder, joined as text
-            where, data = index
-            folder = where.rsplit("/", 1)[0]
-            files, dtype = data["splits"].get(split, {}).get("files"), np.dtype(data["dtype"])
-            if files is None:
-                raise DataError(f"{where}: no split {split!r} (has {sorted(data['splits'])})")
-            tok, prefix_of = data["tokenizer"], (lambda e, folder=folder: f"{folder}/{e['prefix']}")
-            tokenizer_file = f"{folder}/{tok['file']}"
-        else:
-            where, data, files, dtype = index.path, index.data, index.files(split), index.dtype
-            tok, prefix_of, tokenizer_file = index.tokenizer, index.prefix_path, str(index.tokenizer_path)
-        this = {"vocab_size": tok["vocab_size"], "eos_id": tok["eos_id"], "dtype": data["dtype"]}
+        tok = index.tokenizer
+        this = {"vocab_size": tok["vocab_size"], "eos_id": tok["eos_id"], "dtype": index.data["dtype"]}
         if info and {k: info[k] for k in this} != this:
-            raise DataError(f"{where}: tokenizer {this} differs from {paths[0]}'s "
+            raise DataError(f"{index.path}: tokenizer {this} differs from {paths[0]}'s "
                             f"{dict((k, info[k]) for k in this)}; datasets mixed in one loader must share a tokenizer")
-        info = {**this, "tokenizer_sha256": tok.get("sha256"), "tokenizer_file": tokenizer_file}
+        info = {**this, "tokenizer_sha256": tok.get("sha256"), "tokenizer_file": str(index.tokenizer_path)}
         by_source: dict[str, list[TokenFile]] = {}
-        for entry in files:
+        for entry in index.files(split):
             sources = sorted(entry["by_source"]) or ["(unknown)"]
             hashes = entry["sha256"]
             head = entry.get("head") or {}
-            f = TokenFile(prefix_of(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
+            f = TokenFile(index.prefix_path(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
                           hashes.get(".idx", ""), head.get("bytes", 0), head.get("sha256", ""))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
             name = source if len(paths) == 1 else f"{d}/{source}"
-            streams.append(TokenStream(name, d, source, by_source[source], dtype))
+            streams.append(TokenStream(name, d, source, by_source[source], index.dtype))
     return streams, info

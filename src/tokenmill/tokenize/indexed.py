@@ -149,6 +149,12 @@ class IndexedWriter:
         return bin_path, idx_path
 
 
+def index_bytes(documents: int) -> int:
+    """The size of the ``.idx`` `build_index` writes for ``documents`` documents (one sequence each): the header,
+    then int32 lengths, int64 pointers and ``documents + 1`` int64 document indices."""
+    return _HEADER.size + 4 * documents + 8 * documents + 8 * (documents + 1)
+
+
 def build_index(dtype: np.dtype, lengths) -> bytes:
     """``.idx`` bytes for one sequence per document with these lengths (tokens), in this dtype."""
     dt = _checked_dtype(dtype)

@@ -180,13 +180,19 @@ def validate(data: Any, where: str | Path = FILE) -> dict:
 class TokensIndex:
     """A validated `tokens.json` and where it lies (file prefixes are relative to its folder)."""
 
-    path: Path
+    path: Path | str
+    """A local path, or the URI it was read from (``loader.remote.read_index``): then the paths below are URIs too,
+    joined as text."""
     data: dict
     """The index as `validate` returns it (optional keys filled)."""
 
     @property
-    def folder(self) -> Path:
-        return self.path.parent
+    def folder(self) -> Path | str:
+        return self.path.rsplit("/", 1)[0] if isinstance(self.path, str) else self.path.parent
+
+    def _join(self, name: str) -> Path | str:
+        folder = self.folder
+        return f"{folder}/{name}" if isinstance(folder, str) else folder / name
 
     @property
     def version(self) -> int:
@@ -198,8 +204,8 @@ class TokensIndex:
         return self.data["tokenizer"]
 
     @property
-    def tokenizer_path(self) -> Path:
-        return self.folder / self.tokenizer["file"]
+    def tokenizer_path(self) -> Path | str:
+        return self._join(self.tokenizer["file"])
 
     @property
     def dtype(self) -> np.dtype:
@@ -216,9 +222,9 @@ class TokensIndex:
             raise DataError(f"{self.path}: no split {split!r} (has {sorted(self.splits)})")
         return self.splits[split]["files"]
 
-    def prefix_path(self, entry: Mapping[str, Any]) -> Path:
+    def prefix_path(self, entry: Mapping[str, Any]) -> Path | str:
         """Where a file entry's ``.bin``/``.idx``/``.docs.parquet`` lie, without the extension."""
-        return self.folder / entry["prefix"]
+        return self._join(entry["prefix"])
 
 
 def read(path: str | Path) -> TokensIndex:
