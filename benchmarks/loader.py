@@ -54,13 +54,13 @@ def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int
             writer = IndexedWriter(np.dtype(np.uint16))
             writer.add_documents(tokens, lengths)
             prefix = f"train/{source}.{part:04d}"
-            bin_path, idx_path = writer.write(root / prefix)
+            data = dict(zip((".bin", ".idx"), writer.finalize()))  # hashed from the bytes in hand, not read back
+            for ext, raw in data.items():
+                (root / f"{prefix}{ext}").write_bytes(raw)
             entries.append({"prefix": prefix, "documents": int(len(lengths)), "tokens": n,
                             "by_source": {source: {"documents": int(len(lengths)), "tokens": n}},
-                            "sha256": {ext: hashlib.sha256(p.read_bytes()).hexdigest()
-                                       for ext, p in ((".bin", bin_path), (".idx", idx_path))}})
-            head = tokens_json.head_record(bin_path.read_bytes())
-            if head is not None:
+                            "sha256": {ext: hashlib.sha256(raw).hexdigest() for ext, raw in data.items()}})
+            if (head := tokens_json.head_record(data[".bin"])) is not None:
                 entries[-1]["head"] = head
             left -= n
             part += 1

@@ -74,16 +74,17 @@ WORKERS = 2
 
 def streams_of(index_path: Path) -> list[list[str]]:
     """The ``.bin`` files of each source in the loader's stream order (source name, then prefix)."""
-    index = json.loads(index_path.read_text())
+    index = tokens_json.read(index_path)
     by_source: dict[str, list[str]] = {}
-    for entry in sorted(index["splits"]["train"]["files"], key=lambda e: e["prefix"]):
+    for entry in index.files("train"):  # by prefix
         source = "+".join(sorted(entry["by_source"]))
-        by_source.setdefault(source, []).append(str(index_path.parent / f"{entry['prefix']}.bin"))
+        by_source.setdefault(source, []).append(f"{index.prefix_path(entry)}.bin")
     return [by_source[s] for s in sorted(by_source)]
 
 
-def epoch_samples(streams: list[list[str]], seq_len: int) -> int:
-    return sum(max(0, (sum(os.path.getsize(b) // 2 for b in bins) - 1) // seq_len) for bins in streams)
+def epoch_samples(streams: list[list[str]], sizes: dict[str, int], seq_len: int) -> int:
+    """Samples in an epoch: each stream's uint16 tokens (``sizes``: each ``.bin``'s bytes) cut into sequences."""
+    return sum(max(0, (sum(sizes[b] // 2 for b in bins) - 1) // seq_len) for bins in streams)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -407,15 +408,16 @@ def main() -> int:
     index = write_dataset(data / "tokenmill", args.tokens, file_tokens=args.file_tokens)
     streams = streams_of(index)
     bins = [b for s in streams for b in s]
-    data_bytes = sum(os.path.getsize(b) for b in bins)
-    largest = max(os.path.getsize(b) for b in bins)
-    largest_pair = max(os.path.getsize(b) + os.path.getsize(b[:-4] + ".idx") for b in bins)
+    sizes = {b: os.path.getsize(b) for b in bins}  # each .bin stat'ed once
+    data_bytes = sum(sizes.values())
+    largest = max(sizes.values())
+    largest_pair = max(sizes[b] + os.path.getsize(b[:-4] + ".idx") for b in bins)
     cache_bytes = int(args.cache_fraction * data_bytes)
     if cache_bytes < 4 * largest:  # MosaicML Streaming refuses a cache_limit under four shards
         parser.error(f"--cache-fraction {args.cache_fraction}: a cache of {cache_bytes} bytes holds fewer than four "
                      f"token files of {largest} bytes (MosaicML Streaming's least cache_limit); raise it or lower "
                      "--file-tokens")
-    per_epoch = epoch_samples(streams, args.seq_len)
+    per_epoch = epoch_samples(streams, sizes, args.seq_len)
     samples = args.samples or int(0.9 * per_epoch) // args.batch * args.batch
     samples_per_file = args.file_tokens // (args.seq_len + 1)
     python, skipped = ensure_venv(base / "streaming-venv", build=not args.no_venv_build)

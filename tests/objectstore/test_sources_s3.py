@@ -251,53 +251,49 @@ def test_an_unreachable_store_stops_the_run_before_any_work(s3_server, tmp_path,
     assert not (tmp_path / "out").exists()
 
 
-def test_a_store_failure_mid_read_fails_the_task_instead_of_dropping_records(s3_server, monkeypatch):
-    from tokenmill.pipeline.config import SourceConfig
-    from tokenmill.readers import READERS
-
-    # 4 KiB GETs, and an object (2.8 MB) larger than the reader's 1 MiB buffer: the outage lands mid-object
-    monkeypatch.setattr(uris, "READ_BUFFER", 4096)
-    s3_server.create_bucket("bkt")
-    body = b"".join(json.dumps({"text": f"document {i} " + "w" * 50}).encode() + b"\n" for i in range(40_000))
-    s3_server.client().put_object(Bucket="bkt", Key="a.jsonl", Body=body)
-    source = SourceConfig(name="s", format="jsonl", paths=["s3://bkt/a.jsonl"])
-    records = READERS["jsonl"].read("s3://bkt/a.jsonl", source, "s:a.jsonl")
-    assert next(records).text.startswith("document 0 ")
-    s3_server.stop()
-    with pytest.raises(uris.ObjectUnreadable, match="s3://bkt/a.jsonl: reading from the store failed"):
-        for record in records:
-            assert record.drop is None, record.message
+def _jsonl_body() -> bytes:
+    return b"".join(json.dumps({"text": f"document {i} " + "w" * 50}).encode() + b"\n" for i in range(40_000))
 
 
-def test_a_store_failure_mid_parquet_read_fails_the_task_instead_of_dropping_rows(s3_server, monkeypatch):
-    """Parquet reads by range through the same stream (`uris.open_object`): a store failure after the footer, while
-    row groups are fetched, is not taken for a damaged file either (pyarrow hands back the stream's own error)."""
-    from tokenmill.pipeline.config import SourceConfig
-    from tokenmill.readers import READERS
-
-    monkeypatch.setattr(uris, "READ_BUFFER", 4096)
-    s3_server.create_bucket("bkt")
+def _parquet_body() -> bytes:
     table = pa.table({"text": [f"document {i} " + "w" * 50 for i in range(40_000)]})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=1000, compression="none")
-    s3_server.client().put_object(Bucket="bkt", Key="a.parquet", Body=sink.getvalue().to_pybytes())
-    source = SourceConfig(name="s", format="parquet", paths=["s3://bkt/a.parquet"])
-    records = READERS["parquet"].read("s3://bkt/a.parquet", source, "s:a.parquet")
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("fmt, key, body", [("jsonl", "a.jsonl", _jsonl_body), ("parquet", "a.parquet", _parquet_body)])
+def test_a_store_failure_mid_read_fails_the_task_instead_of_dropping_records(s3_server, monkeypatch, fmt, key, body):
+    """4 KiB GETs and an object (2.8 MB) larger than the reader's buffer: the outage lands mid-object. Parquet reads
+    by range through the same stream (`uris.open_object`): a store failure after the footer, while row groups are
+    fetched, is not taken for a damaged file either (pyarrow hands back the stream's own error)."""
+    from tokenmill.pipeline.config import SourceConfig
+    from tokenmill.readers import READERS
+
+    monkeypatch.setattr(uris, "READ_BUFFER", 4096)
+    s3_server.create_bucket("bkt")
+    s3_server.client().put_object(Bucket="bkt", Key=key, Body=body())
+    source = SourceConfig(name="s", format=fmt, paths=[f"s3://bkt/{key}"])
+    records = READERS[fmt].read(f"s3://bkt/{key}", source, f"s:{key}")
     assert next(records).text.startswith("document 0 ")
     s3_server.stop()
-    with pytest.raises(uris.ObjectUnreadable, match="s3://bkt/a.parquet: reading from the store failed"):
+    with pytest.raises(uris.ObjectUnreadable, match=f"s3://bkt/{re.escape(key)}: reading from the store failed"):
         for record in records:
             assert record.drop is None, record.message
 
 
-def test_an_object_changed_after_listing_is_named(s3_server):
+def test_an_object_changed_after_listing_is_named(s3_server, monkeypatch):
     from tokenmill.readers.base import InputChangedError, check_unchanged, file_stamp
 
     s3_server.create_bucket("bkt")
     s3_server.client().put_object(Bucket="bkt", Key="a.jsonl", Body=b'{"text": "x"}\n')
     stamp = file_stamp("s3://bkt/a.jsonl")
     assert stamp["bytes"] == 14 and stamp["mtime_ns"] > 0  # size and Last-Modified, as pyarrow's FileInfo gives them
-    assert file_stamp("s3://bkt/a.jsonl", "content")["sha256"] == hashlib.sha256(b'{"text": "x"}\n').hexdigest()
+    content = {"bytes": 14, "sha256": hashlib.sha256(b'{"text": "x"}\n').hexdigest()}
+    assert file_stamp("s3://bkt/a.jsonl", "content") == content
+    with monkeypatch.context() as m:  # the listing's size given: the bytes are streamed, no HEAD
+        m.setattr(uris, "stat", lambda uri: pytest.fail(f"HEAD of {uri}"))
+        assert file_stamp("s3://bkt/a.jsonl", "content", size=14) == content
     check_unchanged("s3://bkt/a.jsonl", "s:a.jsonl", stamp)
     s3_server.client().put_object(Bucket="bkt", Key="a.jsonl", Body=b'{"text": "xy"}\n')
     with pytest.raises(InputChangedError, match=r"s:a.jsonl \(s3://bkt/a.jsonl\) changed .*bytes 14 -> 15"):
