@@ -20,6 +20,7 @@ from tokenmill.train.checkpoint import (
     CheckpointError,
     CheckpointManager,
     ModelOptimizerState,
+    UntrustedCheckpointError,
     rng_state,
     set_rng_state,
 )
@@ -244,15 +245,17 @@ def test_rollback_loads_healthy_and_discards_newer(tmp_path):
 
 
 def test_metadata_is_not_unpickled_freely(tmp_path):
-    """A ``.metadata`` that would call an arbitrary global is refused, even if the marker matches."""
+    """A ``.metadata`` that would call an arbitrary global is refused, even if the marker matches, and the load stops
+    there (an altered checkpoint, not a damaged one) instead of falling back to an older one of the same hand."""
     mgr = CheckpointManager(tmp_path)
     _save(mgr, 1)
     _save(mgr, 2)
     bad = tmp_path / "step-000000002"
+    ran = tmp_path / "ran"
 
     class Evil:
         def __reduce__(self):
-            return (os.system, ("echo pwned",))
+            return (os.system, (f"touch {ran}",))
 
     data = pickle.dumps(Evil())
     (bad / ".metadata").write_bytes(data)
@@ -260,10 +263,13 @@ def test_metadata_is_not_unpickled_freely(tmp_path):
     marker = json.loads((bad / MARKER).read_text())
     marker["files"][".metadata"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     (bad / MARKER).write_text(json.dumps(marker))
-    reason = mgr.verify(bad)
-    assert reason is not None and "unreadable" in reason and ".system" in reason, reason
+    with pytest.raises(UntrustedCheckpointError, match=r"step-000000002/\.metadata names the Python global "
+                                                        r"\('posix', 'system'\)"):
+        mgr.verify(bad)
     model, opt, _ = _trained(seed=9)
-    assert mgr.load(_app(model, opt)).step == 1
+    with pytest.raises(UntrustedCheckpointError, match="nothing in the file was run"):
+        mgr.load(_app(model, opt))
+    assert not ran.exists()
 
 
 # ---- multi-process: FSDP2 on CPU with gloo, save on 2 ranks, load on 1 and 3

@@ -34,10 +34,19 @@ Unpickling. ``meta.json`` and ``COMMITTED`` are JSON. DCP itself (torch 2.13) un
 places: ``FileSystemReader.read_metadata`` runs a plain ``pickle.load`` on ``.metadata``, and
 ``DefaultLoadPlanner.load_bytes`` runs ``torch.load(weights_only=False)`` on every non-tensor value
 (optimizer ``param_groups`` entries, scheduler fields); only tensors are read with
-``weights_only=True``. This module replaces both: ``.metadata`` is read by an unpickler that admits
-only DCP's metadata classes, ``torch.Size``, dtypes and paths, and non-tensor values are read with
-``torch.load(weights_only=True)`` (primitives, lists, tuples, dicts and tensors only). And both run
-only after the file's sha256 matched the marker. Keep values in ``app_state`` to such types.
+``weights_only=True``. This module replaces both: ``.metadata`` is read by ``safe_unpickle`` (exact
+(module, name) globals only: DCP's metadata classes, ``torch.Size``, dtypes, layouts, paths), and
+non-tensor values with ``torch.load(weights_only=True)`` (primitives, lists, tuples, dicts and tensors
+only). ``COMMITTED``'s checksums do not make a checkpoint trusted: whoever hands one over writes them too.
+A ``.metadata`` naming any other global was not written by DCP: the load stops with
+:class:`UntrustedCheckpointError` naming the file and the global, rather than falling back to an older
+checkpoint of the same hand. Keep values in ``app_state`` to such types.
+
+A full disk. A save that fails because its file system is full (``ENOSPC``/``EDQUOT`` in the error's
+chain, or, as torch's zip writer loses the errno and says "unexpected pos", less than
+:data:`LOW_SPACE_BYTES` left there) removes what it wrote (the ``.tmp-`` folder, a temp file, a
+checkpoint without its marker) and raises :class:`DiskFullError`, one line naming the folder; the
+previous checkpoints are untouched (pruning runs only after a commit).
 
 No process group: DCP's ``save``/``load`` run in single-process mode (``no_dist``) when
 ``torch.distributed`` is not initialised; this module passes ``no_dist`` explicitly and silences the
@@ -53,11 +62,11 @@ FSDP2 on CPU: ``fully_shard`` works on CPU with a gloo process group and a CPU d
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import logging
 import os
-import pathlib
 import pickle
 import re
 import shutil
@@ -67,7 +76,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -90,6 +99,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from tokenmill.digest import file_sha256
 from tokenmill.errors import TokenmillError
+from tokenmill.train.atomic import fsync_dir, write_atomic
+from tokenmill.train.safe_unpickle import RefusedGlobal, load_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +113,22 @@ _STEP_DIR = re.compile(r"^step-(\d{9,})$")
 
 class CheckpointError(TokenmillError):
     """A checkpoint cannot be written, or checkpoints exist and none of them loads."""
+
+
+class UntrustedCheckpointError(CheckpointError):
+    """A checkpoint holds what DCP never writes (a pickle naming a global outside the allow-list): the run stops."""
+
+
+class DiskFullError(CheckpointError):
+    """A checkpoint was not written because its file system is full; what it had written is removed."""
+
+    #: ``tokenmill train``'s exit status for it: sysexits' EX_IOERR (the watchdog's hang is 75, bad input 2).
+    exit_code = 74
+
+
+#: Less free space than this where a save failed means the disk is full, whatever error torch turned it into.
+LOW_SPACE_BYTES = 1 << 20
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,48 +194,44 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 # DCP without arbitrary unpickling
 
 
-class _MetadataUnpickler(pickle.Unpickler):
-    """Unpickles DCP's ``.metadata`` and refuses any global outside what that file holds."""
-
-    _MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
-    _PATHS = {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"}
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module in self._MODULES:
-            obj = super().find_class(module, name)
-            if isinstance(obj, type):
-                return obj
-        elif module == "torch" and name == "Size":
-            return torch.Size
-        elif module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        elif module == "torch.serialization" and name == "_get_layout":
-            return super().find_class(module, name)
-        elif module == "pathlib" and name in self._PATHS:
-            return getattr(pathlib, name)
-        elif module == "collections" and name == "OrderedDict":
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{DCP_METADATA} refers to {module}.{name}, which a DCP index never holds")
-
-
 class _SafeReader(FileSystemReader):
-    """``FileSystemReader`` whose ``.metadata`` goes through :class:`_MetadataUnpickler`."""
+    """``FileSystemReader`` whose ``.metadata`` goes through ``safe_unpickle`` (exact globals only)."""
 
     def read_metadata(self, *args: Any, **kwargs: Any):
-        rank = kwargs.get("rank")
-        with self.fs.create_stream(self._get_metadata_path(rank), "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as f:
+            metadata = load_metadata(f, str(path))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
 
 
+class _RefusedValue(Exception):
+    """A non-tensor value in a ``.distcp`` file that ``torch.load(weights_only=True)`` refused to unpickle."""
+
+    def __init__(self, file: str, key: str, why: str):
+        self.file, self.key, self.why = file, key, why
+        super().__init__(f"{file} holds a value for {key!r} that torch.load(weights_only=True) refuses ({why})")
+
+    def __reduce__(self):  # DCP sends a rank's failure to the others pickled
+        return type(self), (self.file, self.key, self.why)
+
+
 class _SafeLoadPlanner(DefaultLoadPlanner):
-    """``DefaultLoadPlanner`` that reads non-tensor values with ``torch.load(weights_only=True)``."""
+    """``DefaultLoadPlanner`` that reads non-tensor values with ``torch.load(weights_only=True)``; a value it refuses
+    (a global outside torch's allow-list) raises :class:`_RefusedValue`, naming the file and the key."""
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
-        obj = torch.load(value, weights_only=True)
+        try:
+            obj = torch.load(value, weights_only=True)
+        except pickle.UnpicklingError as e:  # what weights_only raises for anything it does not admit
+            storage = getattr(self.metadata, "storage_data", None) or {}
+            file = getattr(storage.get(read_item.storage_index), "relative_path", "a .distcp file")
+            # torch's message goes on to advise allow-listing the global: not advice for a file from someone else.
+            named = re.search(r"Unsupported (global: GLOBAL \S+|operand \S+)", str(e))
+            why = named.group(0) if named else (str(e).strip().splitlines() or ["unpickling refused"])[0]
+            raise _RefusedValue(str(file), read_item.dest_index.fqn, why) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:
@@ -265,28 +288,67 @@ def _from_rank0(obj: Any) -> Any:
     return box[0]
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+def _errors(e: BaseException) -> list[BaseException]:
+    """``e`` and everything it carries: causes, contexts, and DCP's per-rank failures."""
+    found: list[BaseException] = []
+    todo: list[Any] = [e]
+    while todo:
+        err = todo.pop()
+        if not isinstance(err, BaseException) or any(err is f for f in found):
+            continue
+        found.append(err)
+        todo += [err.__cause__, err.__context__]
+        if isinstance(err, CheckpointException):
+            todo += [f[0] if isinstance(f, tuple) else f for f in (getattr(err, "failures", None) or {}).values()]
+    return found
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp name in the same directory, fsync, ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+def _free_bytes(folder: Path) -> int | None:
+    """Bytes this process may still write on ``folder``'s file system (None if unknown)."""
+    for path in (folder, *folder.parents):
+        try:
+            return shutil.disk_usage(path).free
+        except OSError:
+            continue
+    return None
+
+
+def _full_disk(e: BaseException, folder: Path) -> tuple[int, str] | None:
+    """(free bytes, what the system said) on ``folder``'s file system if ``e`` came from it being full, else None.
+
+    Full: an ``ENOSPC``/``EDQUOT`` in ``e``'s chain, or less than ``LOW_SPACE_BYTES`` left. The second test is
+    needed because torch's zip writer swallows the ``OSError`` of a short write and raises ``RuntimeError:
+    unexpected pos ...`` instead; asked before the partial files are removed, it sees the disk as the write left it.
+    """
+    free = _free_bytes(folder)
+    said = {err.errno for err in _errors(e) if isinstance(err, OSError) and err.errno in _FULL_ERRNOS}
+    if said or (free is not None and free < LOW_SPACE_BYTES):
+        return (free if free is not None else 0), os.strerror(errno.EDQUOT if said == {errno.EDQUOT} else
+                                                              errno.ENOSPC).lower()
+    return None
+
+
+def _disk_full_message(step: int, folder: Path, full: tuple[int, str], previous: int | None) -> str:
+    kept = (f"the previous checkpoint (step {previous}) is intact: free space there (or point output at a larger "
+            "disk), then run the same command to resume from it") if previous is not None else \
+        "no earlier checkpoint exists: free space there (or point output at a larger disk) and run it again"
+    free, why = full
+    return (f"checkpoint step {step} not written: the disk holding {folder} is full ({why}, {free:,} bytes free); "
+            f"what it had written was removed and {kept}")
+
+
+def _untrusted_message(path: Path, refused: RefusedGlobal | _RefusedValue) -> str:
+    if isinstance(refused, RefusedGlobal):
+        what = (f"{refused.source} names the Python global ({refused.module!r}, {refused.name!r}), which DCP never "
+                "writes; it was refused and nothing in the file was run")
+    else:
+        what = f"{path / refused.file} {str(refused).split(' ', 1)[1]}; nothing in it was run"
+    return (f"checkpoint {path} is not safe to load: {what}. The checkpoint was altered or not written by tokenmill: "
+            f"get a clean copy, or delete {path} to resume from the checkpoint before it (if you trust its source)")
+
+
+def _refusal(e: BaseException) -> RefusedGlobal | _RefusedValue | None:
+    return next((err for err in _errors(e) if isinstance(err, (RefusedGlobal, _RefusedValue))), None)
 
 
 def _describe(e: BaseException) -> str:
@@ -371,7 +433,9 @@ class CheckpointManager:
     # ---- verification
 
     def verify(self, path: Path) -> str | None:
-        """Why the checkpoint at ``path`` cannot be trusted, or None if it checks out. Local: no collectives."""
+        """Why the checkpoint at ``path`` cannot be used (damage: a missing, cut or altered file), or None if it
+        checks out. Local: no collectives. Raises :class:`UntrustedCheckpointError` when its ``.metadata`` names a
+        global that DCP never writes."""
         try:
             marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
             files = marker["files"]
@@ -409,6 +473,8 @@ class CheckpointManager:
                     return f"{name} sha256 {digest[:12]}… differs from the one written {rec['sha256'][:12]}…"
         try:
             metadata = _SafeReader(path).read_metadata()
+        except RefusedGlobal as e:  # not damage: DCP never writes it, so the checkpoint is not used at all
+            raise UntrustedCheckpointError(_untrusted_message(path, e)) from None
         except Exception as e:  # noqa: BLE001 - any failure to parse means the index is unusable
             return f"{DCP_METADATA} unreadable: {e}"
         for info in (metadata.storage_data or {}).values():
@@ -457,26 +523,44 @@ class CheckpointManager:
         try:
             with _quiet_no_dist():
                 dcp.save(dict(app_state), checkpoint_id=tmp, no_dist=not _dist_on())
-        except CheckpointException as e:  # a BaseException in DCP; make it an ordinary error
-            raise CheckpointError(f"checkpoint step {step}: DCP save failed: {_describe(e)}") from e
+        except CheckpointException as e:  # a BaseException in DCP, raised on every rank; an ordinary error here
+            self._fail(step, tmp, e, f"DCP save failed: {_describe(e)}")
         _barrier()  # every rank's shards are on disk
 
-        error = None
+        error: Exception | None = None
         if rank == 0:
             try:
                 self._commit(step, tmp, final, healthy, extra_json)
             except Exception as e:  # noqa: BLE001 - reported to every rank below
-                error = f"{type(e).__name__}: {e}"
-                logger.exception("checkpoint step %d: commit failed", step)
-        error = _from_rank0(error)
-        if error is not None:
-            raise CheckpointError(f"checkpoint step {step} not committed: {error}")
+                error = e
+                logger.debug("checkpoint step %d: commit failed", step, exc_info=True)
+        if _from_rank0(error is not None):
+            self._fail(step, tmp, error, f"{type(error).__name__}: {error}" if error is not None else "")
         if rank == 0:
             self._prune()
         _barrier()
         return final
 
+    def _fail(self, step: int, tmp: Path, error: BaseException | None, what: str) -> NoReturn:
+        """Every rank, after a failed save: rank 0 tells a full disk from other failures (before removing anything,
+        so it sees the disk as the failed write left it), removes the save's folder, and every rank raises the same
+        :class:`DiskFullError` or :class:`CheckpointError`. Done before the ranks part: a launcher that stops the
+        others when the first rank exits cannot cut the clean-up short."""
+        verdict = None
+        if _rank() == 0:
+            full = _full_disk(error, self.root) if error is not None else None
+            shutil.rmtree(tmp, ignore_errors=True)
+            if full is not None:
+                previous = max((c.step for c in self.checkpoints()), default=None)
+                verdict = (_disk_full_message(step, self.root, full, previous), True)
+            else:
+                verdict = (f"checkpoint step {step} not committed: {what}", False)
+        message, full = _from_rank0(verdict)
+        raise (DiskFullError if full else CheckpointError)(message)
+
     def _commit(self, step: int, tmp: Path, final: Path, healthy: bool, extra: dict) -> None:
+        """Rank 0: ``meta.json``, the file list, the rename into place, then the marker. On failure the new
+        checkpoint is removed and a checkpoint of the same step that it was replacing is put back, marker and all."""
         meta = {
             "format": FORMAT_VERSION,
             "step": step,
@@ -486,7 +570,7 @@ class CheckpointManager:
             "torch": torch.__version__,
             "extra": extra,
         }
-        _write_atomic(tmp / META, json.dumps(meta, indent=1, sort_keys=True))
+        write_atomic(tmp / META, json.dumps(meta, indent=1, sort_keys=True), fsync=True)
         files = {}
         for f in sorted(tmp.iterdir()):
             if f.name in (META, MARKER) or not f.is_file():
@@ -494,16 +578,27 @@ class CheckpointManager:
             files[f.name] = {"bytes": f.stat().st_size, "sha256": file_sha256(f) if self.hash_files else None}
         if DCP_METADATA not in files:
             raise CheckpointError(f"DCP wrote no {DCP_METADATA} in {tmp}")
+        old = None
         if final.exists():
-            # Same step saved again (after a rollback, or over an unfinished save): the new one wins.
+            # Same step saved again (after a rollback, or over an unfinished save): the new one wins. The old one
+            # waits under a `.tmp-` name (never a checkpoint; the next save removes it after a crash) until then.
             old = self.root / f".tmp-replaced-{final.name}-{uuid.uuid4().hex}"
-            (final / MARKER).unlink(missing_ok=True)
             os.replace(final, old)
+        moved = False
+        try:
+            os.replace(tmp, final)
+            moved = True
+            fsync_dir(self.root)
+            marker = {"format": FORMAT_VERSION, "step": step, "files": files}
+            write_atomic(final / MARKER, json.dumps(marker, indent=1, sort_keys=True), fsync=True)
+        except BaseException:
+            if moved:
+                shutil.rmtree(final, ignore_errors=True)
+            if old is not None:
+                os.replace(old, final)
+            raise
+        if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, final)
-        _fsync_dir(self.root)
-        marker = {"format": FORMAT_VERSION, "step": step, "files": files}
-        _write_atomic(final / MARKER, json.dumps(marker, indent=1, sort_keys=True))
         logger.info("checkpoint step %d committed at %s (%d files)", step, final, len(files))
 
     def _clean_leftovers(self) -> None:
@@ -552,7 +647,7 @@ class CheckpointManager:
                     raise CheckpointError(f"no committed checkpoint for step {step} under {self.root}")
                 meta = json.loads((path / META).read_text(encoding="utf-8"))
                 meta["healthy"] = bool(healthy)
-                _write_atomic(path / META, json.dumps(meta, indent=1, sort_keys=True))
+                write_atomic(path / META, json.dumps(meta, indent=1, sort_keys=True), fsync=True)
             except (OSError, ValueError, CheckpointError) as e:
                 error = str(e)
         error = _from_rank0(error)
@@ -596,7 +691,9 @@ class CheckpointManager:
         Returns the step and ``extra`` that were restored, or None when there is no committed
         checkpoint to try. A checkpoint that fails verification or whose DCP load raises is logged
         and the previous one tried; if committed candidates exist and none loads,
-        :class:`CheckpointError` is raised rather than silently starting from scratch.
+        :class:`CheckpointError` is raised rather than silently starting from scratch. A checkpoint whose
+        ``.metadata`` names a global DCP never writes stops the load at once
+        (:class:`UntrustedCheckpointError`): it was altered, and its older siblings came from the same hand.
         """
         candidates = [
             c
@@ -608,9 +705,14 @@ class CheckpointManager:
             return None
         failures = []
         for info in candidates:
-            reason = self.verify(info.path) if _rank() == 0 else None
-            reason = _from_rank0(reason)
-            if reason is None:
+            reason = untrusted = None
+            if _rank() == 0:
+                try:
+                    reason = self.verify(info.path)
+                except UntrustedCheckpointError as e:
+                    untrusted = str(e)
+            reason, untrusted = _from_rank0((reason, untrusted))
+            if reason is None and untrusted is None:
                 try:
                     with _quiet_no_dist():
                         dcp.load(
@@ -620,11 +722,16 @@ class CheckpointManager:
                             no_dist=not _dist_on(),
                         )
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - any failure: try the previous one
+                    refused = _refusal(e)  # unless the file changed since its verification: then stop
+                    untrusted = _untrusted_message(info.path, refused) if refused is not None else None
                     reason = f"load failed: {_describe(e)}"
-                if _dist_on():  # one rank failing must make every rank fall back
-                    reasons = [None] * _world_size()
-                    dist.all_gather_object(reasons, reason)
-                    reason = next((r for r in reasons if r is not None), None)
+                if _dist_on():  # one rank failing must make every rank fall back (or stop)
+                    verdicts: list[Any] = [None] * _world_size()
+                    dist.all_gather_object(verdicts, (reason, untrusted))
+                    reason = next((r for r, _ in verdicts if r is not None), None)
+                    untrusted = next((u for _, u in verdicts if u is not None), None)
+            if untrusted is not None:
+                raise UntrustedCheckpointError(untrusted)
             if reason is None:
                 logger.info("loaded checkpoint step %d from %s", info.step, info.path)
                 return LoadedCheckpoint(info.step, dict(info.meta.get("extra", {})), info.healthy, info.path)

@@ -4,12 +4,13 @@ and events.jsonl."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from tokenmill.train.atomic import write_atomic
 
 #: The JSON-lines logs in a run's output folder (written by the trainer, read by ``tokenmill train doctor``).
 METRICS_JSONL, EVENTS_JSONL, RANKS_JSONL = "metrics.jsonl", "events.jsonl", "ranks.jsonl"
@@ -57,9 +58,7 @@ class JsonLines:
         rows = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
         keep = [r for r in rows if json.loads(r).get("step", 0) <= step]
         if len(keep) != len(rows):
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text("".join(r + "\n" for r in keep), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_atomic(self.path, "".join(r + "\n" for r in keep))
         return len(rows) - len(keep)
 
     def mark_after(self, step: int, key: str) -> int:
@@ -73,9 +72,7 @@ class JsonLines:
                 row[key] = True
                 marked += 1
         if marked:
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text("".join(json.dumps(r, allow_nan=True) + "\n" for r in rows), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_atomic(self.path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in rows))
         return marked
 
     def rows(self) -> list[dict[str, Any]]:

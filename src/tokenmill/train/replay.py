@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from pydantic import Field
 
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.train.atomic import write_atomic
 from tokenmill.train.fingerprints import gather_table
 
 DATA, HARDWARE, TRANSIENT = "data", "hardware", "transient"
@@ -253,7 +253,5 @@ def write_faulty_ranks(output: Path, event: dict[str, Any], decision: str) -> Pa
     record = {"ranks": [named[k]["rank"] for k in sorted(named)],
               "hosts": sorted({r["host"] for r in named.values()}),
               "devices": [named[k] for k in sorted(named)], "faults": faults}
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, indent=1) + "\n")
     return path

@@ -16,6 +16,7 @@ minutes and says nothing of who did not come.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import json
 import logging
@@ -32,6 +33,7 @@ from typing import Any
 from pydantic import Field
 
 from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.train.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +124,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._stacks = None
         self._written = -1
+        self._unwritable: OSError | None = None  # the last heartbeat write's error, until one succeeds
         self._hook = None
 
     @classmethod
@@ -144,7 +147,7 @@ class Watchdog:
         self._stacks.flush()
         if threading.current_thread() is threading.main_thread():
             faulthandler.register(DUMP_SIGNAL, file=self._stacks, all_threads=True, chain=False)
-        self._flush()
+        self._beat()
         self._thread = threading.Thread(target=self._watch, name="tokenmill-watchdog", daemon=True)
         self._thread.start()
 
@@ -165,7 +168,7 @@ class Watchdog:
         self._stop.set()
         self._thread.join()
         self._thread = None
-        self._flush()  # the run's last point: its heartbeat says where it ended
+        self._beat()  # the run's last point: its heartbeat says where it ended
         if self._hook is not None:
             self._hook.remove()
         if threading.current_thread() is threading.main_thread():
@@ -177,14 +180,8 @@ class Watchdog:
 
     def _watch(self) -> None:
         poll = min(1.0, self.cfg.timeout_s / 5)
-        warned = False
         while not self._stop.wait(poll):
-            try:
-                self._flush()
-            except OSError as err:  # a full or gone disk must not end the watch: the stacks matter more
-                if not warned:
-                    log.warning("watchdog (rank %d): cannot write the heartbeat: %s", self.rank, err)
-                warned = True
+            self._beat()
             stalled = time.monotonic() - self.progress.finished_at
             if stalled > self.cfg.timeout_s:
                 try:
@@ -199,12 +196,33 @@ class Watchdog:
         return {"rank": self.rank, "host": self.host, "device": self.device, "pid": os.getpid(),
                 "started": self.started, "time": time.time(), **self.progress.snapshot()}
 
+    def _beat(self) -> None:
+        """``_flush``, never raising: a heartbeat that cannot be written must not end the run or the watch.
+
+        A full disk is said once at INFO, and the heartbeat retried at every poll (it resumes when space is freed):
+        the heartbeat is only read when a hang fires, and the run's own writes report a full disk where it matters
+        (a checkpoint stops the run with one line naming its folder, exit 74), so a second message from this thread
+        would only race that one. Any other error (the folder gone, no permission) is warned about once. Stopping
+        the run from here instead would cut a checkpoint's clean-up short."""
+        try:
+            self._flush()
+        except OSError as err:
+            if self._unwritable is None:
+                full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+                (log.info if full else log.warning)(
+                    "watchdog (rank %d): cannot write its heartbeat %s (%s)%s", self.rank,
+                    heartbeat_path(self.folder, self.rank), err,
+                    ": the disk is full; retrying each poll" if full else "; it keeps watching")
+            self._unwritable = err
+        else:
+            self._unwritable = None
+
     def _flush(self) -> None:
         """Write this rank's heartbeat when it changed (atomically: a reader never sees half a file)."""
         beat = self._heartbeat()
         if beat["ticks"] == self._written:
             return
-        _replace(heartbeat_path(self.folder, self.rank), json.dumps(beat))
+        write_atomic(heartbeat_path(self.folder, self.rank), json.dumps(beat))
         self._written = beat["ticks"]
 
     def read_heartbeats(self) -> dict[int, dict[str, Any] | None]:
@@ -240,7 +258,7 @@ class Watchdog:
         if os.environ.get(HANG_DIR_ENV):
             targets.append(report_path(Path(os.environ[HANG_DIR_ENV]), self.rank))
         for path in targets:
-            _replace(path, text)
+            write_atomic(path, text)
         if self._claim():
             self._event(report)
         log.error("watchdog (rank %d): %s; this rank's stacks in %s", self.rank, report["message"], stacks)
@@ -385,13 +403,6 @@ def hang_message(reports: list[Path], world_size: int) -> str:
     lines.append("every rank's stack in: " + ", ".join(str(stack_path(folder, r)) for r in written)
                  + "".join(f"; rank {r}: no stack written" for r in range(world_size) if r not in written))
     return "\n".join(lines)
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``path`` through a temporary name and ``os.replace``: a reader never sees half a file."""
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _read(path: Path) -> str:
