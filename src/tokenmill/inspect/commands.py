@@ -84,22 +84,27 @@ def report_contamination(args: argparse.Namespace) -> int:
         raise TokenmillError(f"{path} does not exist: run the decontaminate stage first")
     report = json.loads(path.read_text(encoding="utf-8"))["content"].get("report", {})
     table = Table(title=f"contamination in {escape(args.run)}", title_justify="left")
-    for col in ("evaluation set", "items", "n", "by n-gram", "whole", "too short", "no text", "found", "% found",
-                "by source (items)"):
-        table.add_column(col, justify="left" if col in ("evaluation set", "by source (items)") else "right")
+    for col in ("evaluation set", "items", "n", "by n-gram", "whole", "too short", "no text", "segments",
+                "seg. n-gram / whole", "found", "% found", "by source (items)"):
+        table.add_column(col, justify="left" if col in ("evaluation set", "by source (items)") else "right",
+                         no_wrap=col == "evaluation set")  # a set's name whole: the by-source column wraps instead
     for name, entry in report.get("evalsets", {}).items():
         sources = ", ".join(f"{src} {sum(s['items'] for s in subs.values())}" for src, subs in entry["by_source"].items())
         unchecked = entry.get("not_checkable", {})
         n = "?" if entry.get("n") is None else f"{entry['n']}{' chars' if entry.get('unit') == 'characters' else ''}"
+        segments = entry.get("segments") or {}
         table.add_row(escape(name), f"{entry['items']:,}", n, f"{entry.get('checked_ngram', 0):,}",
                       f"{entry.get('checked_whole', 0):,}", f"{unchecked.get('too_short', 0):,}",
-                      f"{unchecked.get('no_text', 0):,}", f"{entry['found']:,}", f"{100 * entry['fraction']:.2f}",
-                      escape(sources) or "-")
-    out = Console(width=max(Console().width, 140))
+                      f"{unchecked.get('no_text', 0):,}", f"{segments.get('total', 0):,}",
+                      f"{segments.get('ngram', 0):,} / {segments.get('whole', 0):,}", f"{entry['found']:,}",
+                      f"{100 * entry['fraction']:.2f}", escape(sources) or "-")
+    out = Console(width=max(Console().width, 160))
     out.print(table)
-    out.print("items checked by n-gram: a field has n words or more (n per set: GPT-3's rule, the 5th-percentile "
-              "field length clamped to [8, 13]); whole: only shorter fields, matched as a whole segment; too short: "
-              "every field under the whole-match minimum (docs/decontaminate.md); no text: no letters or digits")
+    out.print("items checked by n-gram: a segment has n words or more (n per set: GPT-3's rule, the 5th-percentile "
+              "segment length clamped to [8, 13]); whole: only shorter segments, matched as a whole; too short: "
+              "every segment under the whole-match minimum (docs/decontaminate.md); no text: no letters or digits. "
+              "A segment is a field, or a line of a multiple-choice prompt (its stem, each choice); segments: how "
+              "many, and how many checked by n-gram and as a whole")
     index = report.get("index", {})
     out.print(f"hits: {report.get('hits', 0):,} in {report.get('documents_with_hits', 0):,} documents; "
               f"{report.get('excised_chars', 0):,} characters excised; index: {index.get('ngrams', 0):,} n-grams, "

@@ -36,12 +36,17 @@ def contamination_hits(run=None) -> list[dict]:
 
 def evalset_summary(run=None) -> list[dict]:
     """Per evaluation set, from the manifest: items; n and how many items were checkable by n-gram, as a whole
-    (short fields), or not at all (too short, no text); items found in the corpus, and their fraction."""
+    (short fields), or not at all (too short, no text); the segments checked (a field, or each line of a
+    multiple-choice prompt) by n-gram and as a whole, of how many; items found in the corpus, and their fraction."""
     report = manifest(run, "decontaminate").get("report", {})
     return [{"evalset": name, "items": e["items"], "n": e.get("n"), "checked_ngram": e.get("checked_ngram"),
              "checked_whole": e.get("checked_whole"),
              "too_short": e.get("not_checkable", {}).get("too_short"),
-             "no_text": e.get("not_checkable", {}).get("no_text"), "found": e["found"], "fraction": e["fraction"]}
+             "no_text": e.get("not_checkable", {}).get("no_text"),
+             "segments": e.get("segments", {}).get("total"),
+             "segments_ngram": e.get("segments", {}).get("ngram"),
+             "segments_whole": e.get("segments", {}).get("whole"),
+             "found": e["found"], "fraction": e["fraction"]}
             for name, e in report.get("evalsets", {}).items()]
 
 

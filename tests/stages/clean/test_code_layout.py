@@ -42,11 +42,27 @@ def _makefiles() -> dict[str, str]:
     return {name: path.read_text(encoding="utf-8") for name, path in found.items()}
 
 
+_USPACE = "\u00a0\u1680\u2000-\u200a\u202f\u205f"
+
+
+def _layout_blanks(line: str) -> str:
+    """A line's runs of blanks that hold a Unicode space: spaces when the run holds a space or a tab, or starts or
+    ends the line; else kept."""
+    pieces = re.split(f"([ \t{_USPACE}]+)", line)  # text, blanks, text, ..., text
+    for k in range(1, len(pieces), 2):
+        if (" " in pieces[k] or "\t" in pieces[k] or (k == 1 and not pieces[0])
+                or (k == len(pieces) - 2 and not pieces[-1])):
+            pieces[k] = re.sub(f"[{_USPACE}]", " ", pieces[k])
+    return "".join(pieces)
+
+
 def documented_only(text: str) -> str:
-    """The changes the whitespace step may make to code, written out independently of it: line breaks to `\\n`,
-    a byte-order mark dropped, trailing spaces and tabs stripped, blank lines at the ends removed."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufeff", "").split("\n")
-    lines = [line.rstrip(" \t") for line in lines]
+    """The changes normalization may make to a document judged code (`normalize.CODE_CHANGES`), written out
+    independently of it: line breaks to `\\n`, a byte-order mark starting the text dropped, the Unicode spaces of a
+    run of blanks that holds a space or tab or starts or ends a line to spaces, trailing spaces and tabs stripped,
+    blank lines at the ends removed."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
+    lines = [_layout_blanks(line).rstrip(" \t") for line in text.split("\n")]
     while lines and not lines[0]:
         lines.pop(0)
     while lines and not lines[-1]:
@@ -123,8 +139,7 @@ def test_clean_stage_keeps_code_layout_and_the_override_picks_the_normalize_conf
     sample["xml/etree/__init__.py"] = stdlib["xml/etree/__init__.py"]  # judged prose by content
     config = CleanConfig.model_validate({
         "langid": None,
-        # ftfy off: it would "repair" the mojibake test_exceptions.py plants in a string on purpose
-        "overrides": [{"source": "pile", "subset": "Github", "normalize": {"code": "document", "ftfy": False},
+        "overrides": [{"source": "pile", "subset": "Github", "normalize": {"code": "document"},
                        "escapes": {"mode": "flag"},
                        "quality": {"gopher_quality": None, "gopher_repetition": None, "c4": None}}],
     })
@@ -156,3 +171,85 @@ def test_web_code_indented_with_no_break_spaces_keeps_its_columns(shared_data):
     out, kept = whitespace_layout(text)
     assert kept == "document"
     assert line.replace("\xa0", " ").rstrip() in out.split("\n")
+
+
+# --- a document judged code keeps its characters (issue 31, item 7) ----------------------------------------------
+
+MINGPT_BPE = REPO / "tests" / "data" / "code" / "mingpt_bpe.py.txt"  # karpathy/minGPT's mingpt/bpe.py (SOURCES.md)
+
+
+def _clean_code(text: str) -> tuple[str | None, str, list[str]]:
+    """The clean stage's per-document steps that edit text (escapes, normalization, PII), default config: the drop
+    reason, the text and the `clean_steps` entries."""
+    from tokenmill.stages.clean.escapes import apply_policy
+    from tokenmill.stages.clean.normalize import normalize
+    from tokenmill.stages.clean.pii import replace_pii
+
+    config = CleanConfig()
+    outcome = apply_policy(text, config.escapes)
+    if outcome.drop_reason is not None:
+        return outcome.drop_reason, text, []
+    text, changed = normalize(outcome.text, config.normalize)
+    out, pii = replace_pii(text, config.pii)
+    return None, out, [*(f"escape_repair:{r}" for r in outcome.repaired), *changed, *(f"pii:{k}" for k in pii)]
+
+
+def _documented_and_pii(text: str) -> str:
+    """`documented_only`, then PII replaced (code's e-mail addresses too: `__author__ = "ann@example.org"`)."""
+    from tokenmill.stages.clean.pii import PiiConfig, replace_pii
+
+    return replace_pii(documented_only(text), PiiConfig())[0]
+
+
+def test_gpt2_byte_to_unicode_comment_in_real_code_is_kept(tmp_path):
+    """minGPT's BPE module prints a token's bytes as GPT-2's vocabulary characters in a comment, on purpose
+    (`'token_translated': 'ĠðŁ¤Ĺ'` for " 🤗"): judged code by content, it keeps every character, through the
+    stage too, and the report counts the repair ftfy would have made."""
+    text = MINGPT_BPE.read_text(encoding="utf-8")
+    line = "'token_translated': 'ĠðŁ¤Ĺ', 'token_merged': ['ĠðŁ', '¤', 'Ĺ']"
+    assert line in text and content_kind(text) == "code"
+    assert _clean_code(text) == (None, documented_only(text), ["whitespace"])
+    stage = CleanStage(CleanConfig.model_validate({"langid": None}), run_context(tmp_path, github="en"))
+    out, res = run(stage, [("bpe", text, "github")])
+    assert line in res["bpe"][1] and res["bpe"][1] == documented_only(text)
+    assert out.table.column("clean_steps").to_pylist() == ["whitespace"]
+    assert stage.report(out.stats)["normalize"] == {"whitespace": 1, "code_layout:document": 1, "code_kept:ftfy": 1}
+
+
+def test_stdlib_code_keeps_its_characters_through_escapes_normalization_and_pii(stdlib):
+    """Every standard-library file judged code that holds a character the character steps or the escape repair
+    could touch (non-ASCII, `&`): the escape step, normalization and PII with their defaults change it only by
+    the documented rules. Before, ftfy "repaired" the mojibake test_getpass.py and test_shelve.py plant on
+    purpose, NFC recomposed test_re.py's Kelvin sign and test_smtpd.py's decomposed "naïve", full-width folding
+    turned test_traceback.py's `ｗｉｄｔｈ` into `width`, entity repair rewrote difflib.py's HTML template and
+    test_codecs.py's `"[&#56448;]"`, and html/__init__.py and xml/sax/saxutils.py were dropped as leaks."""
+    touched = {name: text for name, text in stdlib.items()
+               if (not text.isascii() or "&" in text) and content_kind(text) == "code"}
+    assert len(touched) > 300
+    changed = {}
+    for name, text in touched.items():
+        reason, out, steps = _clean_code(text)
+        if reason is not None or out != _documented_and_pii(text):
+            changed[name] = reason or steps
+    assert changed == {}
+    for name in ("html/__init__.py", "xml/sax/saxutils.py", "test/test_getpass.py", "test/test_traceback.py"):
+        assert _clean_code(stdlib[name]) == (None, documented_only(stdlib[name]), ["whitespace"]), name
+
+
+@pytest.mark.parametrize("mode", ["detect", "document"])
+def test_code_keeps_unicode_spaces_zero_width_and_controls_inside_lines(mode):
+    """docutils' smartquotes.py writes French quotes with a no-break space in a string (`'«\\u00a0'`), its
+    math2html.py TeX's `\\qquad` as two em quads (`'\\u2001\\u2001'`): code keeps them, and zero-width, control and
+    U+2028 characters, while Unicode spaces that indent a line, end one or sit in a run with a space are layout,
+    spaces one for one."""
+    from tokenmill.stages.clean.normalize import NormalizeConfig, normalize_with_layout
+
+    code = ("\ufeffimport re\n\nQUOTES = {'fr': ('«\u00a0', '\u00a0»'), 'qquad': '\u2001\u2001'}\n"
+            "SEPARATORS = ['\u2028', '\u200b', '\x1b[0m']\n\n\ndef split(text):\n\u00a0\u00a0\u00a0\u00a0"
+            "return re.split(r'\\s+', text)\u00a0 \r\n")
+    text, _, layout = normalize_with_layout(code, NormalizeConfig(code=mode))
+    assert layout == "code_layout:document"
+    assert text == ("import re\n\nQUOTES = {'fr': ('«\u00a0', '\u00a0»'), 'qquad': '\u2001\u2001'}\n"
+                    "SEPARATORS = ['\u2028', '\u200b', '\x1b[0m']\n\n\ndef split(text):\n"
+                    "    return re.split(r'\\s+', text)")
+    assert text == documented_only(code)

@@ -265,6 +265,26 @@ def test_code_html_escaped_as_a_whole_is_decoded():
     assert out.text == 'int main(void) {\n    if (a < b && c > 0) {\n        puts("ok");\n    }\n    return 0;\n}\n'
 
 
+@pytest.mark.parametrize("name", ["difflib.py", "test/test_codecencodings_jp.py", "test/test_codecs.py",
+                                  "html/__init__.py", "xml/sax/saxutils.py"])
+def test_entities_in_code_are_the_codes_own_unless_it_is_html_escaped_as_a_whole(name):
+    """Code and TeX leak entities only when HTML-escaped as a whole (some < > & encoded, none raw): in this Python's
+    standard library, an entity in difflib.py's HTML template (a triple-quoted string), in test_codecs.py's
+    `"[&#56448;]"` or a codec test's bytes literal `b"\\xa9\\xa8&real;..."`, or in the html and sax modules' own
+    tables and docstrings, is the program's text: neither a leak nor repaired, the module never dropped."""
+    import sysconfig
+    from pathlib import Path
+
+    path = Path(sysconfig.get_paths()["stdlib"]) / name
+    if not path.is_file():
+        pytest.skip(f"this Python's standard library has no {path}")
+    code = path.read_text(encoding="utf-8")
+    out = apply_policy(code, DEFAULT)
+    assert out.scan.content == "code" and "html_entity" not in out.scan.counts
+    assert out.scan.benign["code_escape"] >= 2
+    assert out.text == code and out.repaired == () and out.drop_reason is None
+
+
 def test_markup_keeps_its_entities():
     page = "<html><body><p>Tom &amp; Jerry</p><p>&copy; 2020</p></body></html>"
     assert is_markup(page)

@@ -198,3 +198,59 @@ def test_fullwidth_only_where_there_is_some():
     text, steps = normalize("ＡＢＣ１２３ and 全角，标点", ALL)
     assert text == "ABC123 and 全角，标点" and steps == ["fullwidth"]
     assert normalize("全角，标点 only", ALL) == ("全角，标点 only", [])
+
+
+# --- a document judged code keeps its characters (issue 31, item 7) ---------------------------------------------
+
+CODE_WITH_MOJIBAKE = ("import unittest\n\n\nclass DecodeTest(unittest.TestCase):\n"
+                      "    def test_latin1_reads_utf8_as_mojibake(self):\n"
+                      "        self.assertEqual(b'\\xc3\\xa9'.decode('latin-1'), 'Ã©')\n"
+                      "        self.assertEqual(len('ｗｉｄｔｈ'), 5)\n"
+                      "        self.assertEqual(len('" + unicodedata.normalize("NFD", "é") + "'), 2)\n")
+
+
+@pytest.mark.parametrize("code", ["detect", "document"])
+def test_character_steps_skip_a_document_judged_code(code):
+    """ftfy, NFC and full-width folding would each change this test module's strings (and fail its asserts):
+    judged code, it keeps them, and what the steps would have done is named apart from the changes."""
+    assert normalize(CODE_WITH_MOJIBAKE, NormalizeConfig(code=code)) == (CODE_WITH_MOJIBAKE.rstrip("\n"),
+                                                                         ["whitespace"])
+    from tokenmill.stages.clean.normalize import normalize_document
+
+    done = normalize_document(CODE_WITH_MOJIBAKE, NormalizeConfig(code=code))
+    assert done.kept == ["code_kept:ftfy", "code_kept:nfc", "code_kept:fullwidth"]
+    assert done.counted() == ["whitespace", "code_layout:document", *done.kept]
+
+
+@pytest.mark.parametrize("code", ["blocks", "off"])
+def test_character_steps_still_run_where_no_document_is_code(code):
+    """`blocks` and `off` never make a whole document code: a page whose code blocks hold mojibake is a web
+    page that was read in the wrong encoding, and is repaired as a whole."""
+    text, steps = normalize(CODE_WITH_MOJIBAKE, NormalizeConfig(code=code))
+    assert "'é'" in text and "len('width')" in text and steps[:2] == ["ftfy", "nfc"] and "fullwidth" in steps
+
+
+def test_run_regexes_match_what_the_plain_ones_did():
+    """The whitespace step's run regexes start only where a run starts and never backtrack: the same output as the
+    plain forms they replace, on every kind of run."""
+    import re
+
+    from tokenmill.stages.clean import normalize as n
+
+    texts = _whitespace_strings(20_000)
+    plain = {"_RUN": re.compile(r"[ \t]*\t[ \t]*| {2,}"), "_TRAILING": re.compile(r"[ \t]+$", re.M),
+             "_PROSE_TRAILING": re.compile(r"[ \t\f]+$", re.M)}
+    for name, regex in plain.items():
+        mine = getattr(n, name)
+        assert [[m.span() for m in mine.finditer(t)] for t in texts] == [[m.span() for m in regex.finditer(t)]
+                                                                         for t in texts], name
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("code", ["detect", "document", "off"])
+def test_a_long_run_of_spaces_costs_its_length_not_its_square(code):
+    """A hostile document: 300,000 spaces inside a line, code around it. The plain run regexes retried from every
+    position of the run (about 15 minutes here); each run is now read once."""
+    text = "def f(x):\n    return x  " + " " * 300_000 + "# end\n    y\u00a0 = 1" + " " * 300_000 + "\n" + "z = 2\t\n"
+    out, steps = normalize(text, NormalizeConfig(code=code))
+    assert out.endswith("z = 2") and "whitespace" in steps

@@ -34,7 +34,9 @@ What is not a leak (counted under ``EscapeScan.benign``, never scored):
 * ``code_escape``: every backslash sequence in a document whose content is code or TeX (``content_kind``), where
   backslashes are the language's own (``printf("%d\\n")``, ``\\frac{a}{b}``, ``re.compile(r"\\s+")``), unless the
   document is serialized as a whole (below); in prose, an escape inside a code string literal (``x.split("\\n")``)
-  or a backtick code span; in code and TeX, an HTML entity inside a string literal (``replace("&", "&amp;")``).
+  or a backtick code span; in code and TeX, every HTML entity (an HTML template in a string, a codec test's
+  ``b"&#12473;"``), unless the text is HTML-escaped as a whole (some ``<`` ``>`` ``&`` encoded and not one raw:
+  ``if (a &lt; b)``), and then still those inside a string literal (``replace("&", "&amp;")``).
 * ``markup_entity``: HTML entities in a document that is HTML/XML markup itself (``&amp;`` is correct there).
 * ``url_percent``: percent-encoding inside a URL or path token (``https://x.org/a%20b``), where it is correct, and
   any percent-encoding in code or TeX.
@@ -446,8 +448,14 @@ def scan_escapes(text: str) -> EscapeScan:
             else:
                 if content is None:
                     content = content_kind(text)
-                if content != "prose":  # code's own entities sit in its string literals: '&amp;' in escape_html()
-                    kept = [m for m in entities if not _in_code_string(text, m.start())]
+                if content != "prose":
+                    # Code's own entities: '&amp;' in escape_html(), an HTML template in a triple-quoted string, a
+                    # codec test's b"&#12473;" (the line-based string test misses the last two). Code leaks them
+                    # only when HTML-escaped as a whole; even then those in its string literals are its own.
+                    if _html_escaped(text):
+                        kept = [m for m in entities if not _in_code_string(text, m.start())]
+                    else:
+                        kept = []
                     add_benign("code_escape", len(entities) - len(kept))
                     entities = kept
                 if entities:
@@ -672,6 +680,16 @@ def _entities_consistent(text: str) -> bool:
     return "<" not in text and ">" not in text and _BARE_AMP.search(text) is None
 
 
+# An entity for one of < > & (what HTML escaping must encode), named or numeric.
+_SYNTAX_ENTITY = re.compile(r"&(?:lt|gt|amp|#0*(?:60|62|38)|#[xX]0*(?:3[cCeE]|26));")
+
+
+def _html_escaped(text: str) -> bool:
+    """Code HTML-escaped as a whole: some < > & encoded, none raw. A text without any (a codec test whose bytes
+    literals hold ``&real;``) shows no escaping: its entities are its own."""
+    return _entities_consistent(text) and _SYNTAX_ENTITY.search(text) is not None
+
+
 def _decode_percent(text: str) -> tuple[str, bool]:
     leaks, _ = _percent_runs(text)
     pieces: list[str] = []
@@ -705,9 +723,9 @@ def repair_escapes(text: str, scan: EscapeScan | None = None) -> tuple[str, tupl
        Code and TeX backslashes are never touched; literal ``\\n`` ``\\t`` ``\\r`` left in prose with real line
        breaks stay (they may be mentions); the threshold decides about them.
     3. ``html_entities``: each valid entity decoded with ``html.unescape`` (twice, for ``&amp;lt;``), unless the text
-       is markup. In code and TeX, entities inside string literals stay (``'&amp;'`` in an HTML-escaping function),
-       and those that decode to ``<`` ``>`` ``&`` ``"`` ``'`` are decoded only when every ``<`` ``>`` ``&`` in the
-       text is encoded (code HTML-escaped as a whole: ``if (a &lt; b)``).
+       is markup. In code and TeX, only when every ``<`` ``>`` ``&`` in the text is encoded (code HTML-escaped as a
+       whole: ``if (a &lt; b)``), and not inside string literals (``'&amp;'`` in an HTML-escaping function): an
+       entity in code otherwise is the program's text, and decoding it would change the program.
     4. ``percent_encoding``: in prose, runs outside URLs that decode to valid UTF-8 text.
     """
     if scan is None:

@@ -18,7 +18,7 @@ from tokenmill.stages.clean.classifiers import Classifier, ClassifierConfig, con
 from tokenmill.stages.clean.escapes import ESCAPE_DROP_REASONS, EscapePolicy, apply_policy
 from tokenmill.stages.clean.filter import Batch, Filter
 from tokenmill.stages.clean.langid import LangidConfig, identify, mismatch
-from tokenmill.stages.clean.normalize import NormalizeConfig, normalize_with_layout
+from tokenmill.stages.clean.normalize import NormalizeConfig, normalize_document
 from tokenmill.stages.clean.pii import PiiConfig, blocked, load_blocklist, replace_pii
 from tokenmill.stages.clean.quality import FAMILY_REASONS, QUALITY_SCORE_COLUMNS, QualityConfig, family_reasons
 from tokenmill.stages.clean.quality import quality_scores
@@ -85,7 +85,8 @@ class EscapeFilter(Filter):
 
 
 class NormalizeFilter(Filter):
-    """Unicode and whitespace normalization (code's own whitespace kept)."""
+    """Unicode and whitespace normalization (code's own whitespace kept; a document judged code keeps its
+    characters)."""
 
     name = "normalize"
     setting = "normalize"
@@ -93,9 +94,10 @@ class NormalizeFilter(Filter):
 
     def process(self, batch: Batch, rows: list[int], settings: NormalizeConfig) -> None:
         for i in rows:
-            batch.texts[i], changed, layout = normalize_with_layout(batch.texts[i], settings)
-            batch.steps[i] += changed
-            batch.stats.count("normalize", changed if layout is None else [*changed, layout])
+            done = normalize_document(batch.texts[i], settings)
+            batch.texts[i] = done.text
+            batch.steps[i] += done.changed
+            batch.stats.count("normalize", done.counted())
 
     def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
         return {"normalize": stats.get("normalize", {})}

@@ -4,7 +4,9 @@
 context and four endings, a SQuAD paragraph gives its context and each question. The `format` names a
 preset that knows the file's shape; the JSON-lines presets accept both the original benchmark field names
 and the MosaicML ICL-eval rewrite (`query`/`choices`/`context`/`continuation`/`context_options`), whose
-`Question: ... Answer:` prompt template is removed so the text is the benchmark's own.
+`Question: ... Answer:` prompt template is removed so the text is the benchmark's own. A field that holds a whole
+multiple-choice prompt (MosaicML's CommonsenseQA `query`: `Question: ...\nChoices:\nA. ...\nAnswer:`) is yielded
+as it is and cut into its stem and choices when indexed (`segments.py`).
 
 Presets and the fields they yield:
 

@@ -18,6 +18,9 @@ sentence punctuation, brackets, quotes), so the field matches only as the same r
 segment of its own, never inside a longer word or as a phrase inside a sentence. A field under `min_whole_words`
 tokens or `min_whole_bytes` bytes of normalised text (a 1-word TriviaQA answer, an ARC choice like "the atom") says
 nothing about an item on its own: it is not indexed, and counted as too short to check in the set's `SetCoverage`.
+The unit is a segment: a field, or, for a multiple-choice prompt held in one field (`Question: ...\nChoices:\nA.
+...`), its stem and each choice (`segments.split_field`), each checked by the rule its own length gives; the set's n
+comes from its segments' lengths.
 
 Documents are matched a batch at a time (`find_matches_batch`, the stage's way; `find_matches` is a batch of one):
 tokens come from per-code-point tables and array operations over the batch's text rather than a regex per
@@ -38,6 +41,7 @@ import xxhash
 from tokenmill.dedup.polyhash import fmix64 as _fmix64
 from tokenmill.dedup.polyhash import powers as _powers
 from tokenmill.stages.decontaminate.codepoints import char_table, code_points, utf8_sizes
+from tokenmill.stages.decontaminate.segments import WHOLE as WHOLE_FIELD, split_field
 
 CHAR_LANGS = frozenset({"zh", "ja"})  # languages tokenised by characters
 
@@ -216,24 +220,29 @@ class Owners:
 
 @dataclass
 class SetCoverage:
-    """How one evaluation set is checked: its n, and its fields and items counted by rule.
+    """How one evaluation set is checked: its n, and its segments, fields and items counted by rule.
 
-    A field with at least n tokens is checked by its n-grams (`ngram`); a shorter one by its whole normalised
-    text (`whole`), unless it is too short to mean anything on its own (`too_short`: fewer than min_whole_words
-    tokens or min_whole_bytes UTF-8 bytes) or has no letters or digits at all (`no_text`). An item counts under the
-    best rule any of its fields has, in the order ngram, whole, too_short, no_text.
+    The unit checked is a segment: a field, or each line of a multiple-choice prompt held in one field (its stem
+    and each choice, `segments.split_field`). A segment with at least n tokens is checked by its n-grams
+    (`ngram`); a shorter one by its whole normalised text (`whole`), unless it is too short to mean anything on its
+    own (`too_short`: fewer than min_whole_words tokens or min_whole_bytes UTF-8 bytes) or has no letters or digits
+    at all (`no_text`). A field counts under the best rule any of its segments has, an item under the best any of
+    its fields has, in the order ngram, whole, too_short, no_text.
     """
 
     n: int
     n_rule: str          # "gpt3": from the set's lengths; "fixed": word_n / char_n given
     unit: str            # "words" or "characters"
-    p5_length: int       # the 5th-percentile field length in `unit` (what the GPT-3 rule clamps)
+    p5_length: int       # the 5th-percentile segment length in `unit` (what the GPT-3 rule clamps)
     fields: dict[str, int]
     items: dict[str, int]
+    segments: dict[str, int] = field(default_factory=dict)  # "total", then by rule
+    segmented_fields: int = 0  # fields cut into segments (multiple-choice prompts); the others are one segment
 
     def to_dict(self) -> dict:
         return {"n": self.n, "n_rule": self.n_rule, "unit": self.unit, "p5_length": self.p5_length,
-                "fields": dict(self.fields), "items": dict(self.items)}
+                "fields": dict(self.fields), "items": dict(self.items), "segments": dict(self.segments),
+                "segmented_fields": self.segmented_fields}
 
 
 @dataclass
@@ -313,22 +322,32 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
     tokens is indexed by its n-grams; a shorter one by the hash of its whole token sequence (a window of its own
     length), so it matches a document only as the same run of whole words, never inside a word; a field with fewer
     than min_whole_words tokens or a normalised text (tokens joined by one space for words) under min_whole_bytes
-    UTF-8 bytes is too short to check, and counted. Repeated (set, item, field) triples are one entry.
+    UTF-8 bytes is too short to check, and counted. Repeated (set, item, field) triples are one entry. A
+    multiple-choice prompt held in one field is indexed as its segments (`segments.split_field`: the stem and each
+    choice, named `<field>:stem`, `<field>:A`...), each as a field of its own; the set's n comes from segments.
     """
     if (word_n is not None and word_n < 1) or (char_n is not None and char_n < 1) or min_n < 1:
         raise ValueError("word_n, char_n and min_n must be >= 1")
     if min_n > max_n:
         raise ValueError(f"min_n ({min_n}) must be <= max_n ({max_n})")
-    # First pass: every field's token hashes (8 bytes a token), grouped by set, to know each set's lengths.
-    per_set: dict[str, list[tuple[str, str, np.ndarray, int]]] = {}
+    # First pass: every segment's token hashes (8 bytes a token), grouped by set, to know each set's lengths. A
+    # field is one segment, or (a multiple-choice prompt) its stem and each choice, named `field:stem`, `field:A`...
+    per_set: dict[str, list[tuple[str, str, np.ndarray, int, int]]] = {}  # item, name, units, size, field number
     set_chars: dict[str, bool] = {}
+    set_fields: dict[str, int] = {}
+    segmented: dict[str, int] = {}
     for set_name, item_id, field_name, text, language in fields:
         chars = uses_chars(language)
         if set_chars.setdefault(set_name, chars) != chars:
             raise ValueError(f"evaluation set {set_name!r} mixes word and character languages")
-        tokens, _ = tokenize(text, language)
-        size = len(("" if chars else " ").join(tokens).encode("utf-8", "surrogatepass"))
-        per_set.setdefault(set_name, []).append((item_id, field_name, token_hashes(tokens), size))
+        number = set_fields[set_name] = set_fields.get(set_name, 0) + 1
+        parts = split_field(text)
+        segmented[set_name] = segmented.get(set_name, 0) + (len(parts) > 1)
+        for label, segment in parts:
+            tokens, _ = tokenize(segment, language)
+            size = len(("" if chars else " ").join(tokens).encode("utf-8", "surrogatepass"))
+            name = field_name if label == WHOLE_FIELD else f"{field_name}:{label}"
+            per_set.setdefault(set_name, []).append((item_id, name, token_hashes(tokens), size, number))
 
     set_ids: dict[str, int] = {}
     item_ids: dict[str, int] = {}
@@ -346,11 +365,12 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
         s = set_ids.setdefault(set_name, len(set_ids))
         chars = set_chars[set_name]
         fixed = char_n if chars else word_n
-        field_lengths = [len(units) for _, _, units, _ in entries]
-        n = fixed if fixed is not None else gpt3_n(field_lengths, percentile=percentile, min_n=min_n, max_n=max_n)
-        fields_by_rule = dict.fromkeys(order, 0)
+        segment_lengths = [len(units) for _, _, units, _, _ in entries]
+        n = fixed if fixed is not None else gpt3_n(segment_lengths, percentile=percentile, min_n=min_n, max_n=max_n)
+        segments_by_rule = dict.fromkeys(order, 0)
+        field_best: dict[int, int] = {}
         item_best: dict[str, int] = {}
-        for item_id, field_name, units, size in entries:
+        for item_id, field_name, units, size, number in entries:
             k = len(units)
             if k == 0:
                 rule = "no_text"
@@ -360,8 +380,9 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
                 rule = "too_short"
             else:
                 rule = "whole"
-            fields_by_rule[rule] += 1
+            segments_by_rule[rule] += 1
             rank = order.index(rule)
+            field_best[number] = min(field_best.get(number, rank), rank)
             item_best[item_id] = min(item_best.get(item_id, rank), rank)
             if rule not in RULES:
                 continue
@@ -379,13 +400,16 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
                 lengths[chars]["whole"].add(k)
             hash_parts.append(h)
             entry_parts.append(np.full(len(h), e, dtype=np.int32))
-        items_by_rule = dict.fromkeys(order, 0)
+        fields_by_rule, items_by_rule = dict.fromkeys(order, 0), dict.fromkeys(order, 0)
+        for rank in field_best.values():
+            fields_by_rule[order[rank]] += 1
         for rank in item_best.values():
             items_by_rule[order[rank]] += 1
         coverage[set_name] = SetCoverage(
             n=n, n_rule="gpt3" if fixed is None else "fixed", unit="characters" if chars else "words",
-            p5_length=gpt3_n(field_lengths, percentile=percentile, min_n=0, max_n=1 << 62),
-            fields=fields_by_rule, items={"total": len(item_best), **items_by_rule})
+            p5_length=gpt3_n(segment_lengths, percentile=percentile, min_n=0, max_n=1 << 62),
+            fields=fields_by_rule, items={"total": len(item_best), **items_by_rule},
+            segments={"total": len(entries), **segments_by_rule}, segmented_fields=segmented[set_name])
     if hash_parts:
         all_h = np.concatenate(hash_parts)
         all_e = np.concatenate(entry_parts)

@@ -53,10 +53,13 @@ class BuildIndex(DriverPhase):
         log.info("decontaminate index: %d hashes in %.3f s", len(index.hashes), time.perf_counter() - started)
         coverage = {name: c.to_dict() for name, c in sorted(index.coverage.items())}
         for name, c in coverage.items():
-            items = c["items"]
+            items, segments = c["items"], c["segments"]
             log.info("decontaminate %s: n = %d (%s); %d items: %d by %d-grams, %d as whole text, %d too short to "
-                     "check, %d without text", name, c["n"], c["n_rule"], items["total"], items["ngram"], c["n"],
-                     items["whole"], items["too_short"], items["no_text"])
+                     "check, %d without text; %d segments (%d multiple-choice fields cut into lines): %d by n-grams, "
+                     "%d whole, %d too short, %d without text", name, c["n"], c["n_rule"], items["total"],
+                     items["ngram"], c["n"], items["whole"], items["too_short"], items["no_text"], segments["total"],
+                     c["segmented_fields"], segments["ngram"], segments["whole"], segments["too_short"],
+                     segments["no_text"])
             if items["too_short"] or items["no_text"]:
                 log.warning("decontaminate %s: %d of %d items cannot be checked (every field too short or without "
                             "text)", name, items["too_short"] + items["no_text"], items["total"])
@@ -210,8 +213,8 @@ class DecontaminateStage(Stage):
         return [BuildIndex(), CountNgrams(), Decontaminate(), JoinHits()]
 
     def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Per evaluation set: its n and how its items were checked (coverage), items found (number and fraction),
-        per source and subset; the index; common n-grams."""
+        """Per evaluation set: its n and how its items and segments were checked (coverage), items found (number
+        and fraction), per source and subset; the index; common n-grams."""
         reduced = reduced or {}
         index = (reduced.get("index") or {}).get("summary", {})
         totals = index.get("items", {})
@@ -231,6 +234,8 @@ class DecontaminateStage(Stage):
                               "checked_whole": checked.get("whole", 0),
                               "not_checkable": {"too_short": checked.get("too_short", 0),
                                                 "no_text": checked.get("no_text", 0)},
+                              "segments": cov.get("segments", {}),
+                              "segmented_fields": cov.get("segmented_fields", 0),
                               "found": len(items), "fraction": round(fraction, 5),
                               "by_source": by_source, "found_items": items[:100]}
             unchecked = checked.get("too_short", 0) + checked.get("no_text", 0)
