@@ -36,6 +36,11 @@ BAD = {
     "unknown fastText option": (lambda d: d["fasttext"].update(thread=4), "fasttext.thread: unknown key"),
     "unknown reader": (lambda d: d["negatives"][0].update(format="html"), "negatives[0].format"),
     "bool for a number": (lambda d: d["fasttext"].update(dim=True), "fasttext.dim"),
+    # fastText allocates (words + bucket) x dim floats at once: `dim: 100000` ended in std::bad_alloc
+    "dim beyond 1024": (lambda d: d["fasttext"].update(dim=100_000), "fasttext.dim: Input should be less than or equal to 1024"),
+    "bucket beyond 10 million": (lambda d: d["fasttext"].update(bucket=10**9), "fasttext.bucket: Input should be less than or equal to 10000000"),
+    "bucket x dim beyond 4 GB": (lambda d: d["fasttext"].update(dim=1000, bucket=2_000_000), "bucket x dim is 2,000,000 x 1000"),
+    "epoch neither a number nor auto": (lambda d: d["fasttext"].update(epoch="many"), "fasttext.epoch: 'many' is neither"),
 }
 
 
@@ -71,7 +76,8 @@ def test_defaults_and_relative_paths(tmp_path):
 
 
 def test_a_fasttext_that_cannot_train_is_named(tmp_path, monkeypatch, capsys):
-    """fasttext-predict (what language ID uses) has no `train_supervised`: the command says which package to install."""
+    """A `fasttext` module without `train_supervised` (fasttext-predict's, whose files may replace fasttext-numpy2's):
+    the command says which package to install."""
     import sys
     import types
 

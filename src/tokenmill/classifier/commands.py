@@ -72,10 +72,11 @@ def metrics_table(result: TrainResult) -> Table:
 def quality_train(args: argparse.Namespace) -> int:
     """`tokenmill quality train CONFIG`: the classifier trained, `model.bin` and `model.json` written."""
     from tokenmill.classifier.config import load_train_config
-    from tokenmill.classifier.train import fasttext_trainer, train_classifier
+    from tokenmill.classifier.fasttext_model import fasttext_module
+    from tokenmill.classifier.train import train_classifier
 
     config = load_train_config(args.config)  # every key checked before any file is read
-    fasttext_trainer()  # a fastText that cannot train stops here too
+    fasttext_module()  # a fastText that cannot train stops here too
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn()]
     with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
@@ -86,6 +87,12 @@ def quality_train(args: argparse.Namespace) -> int:
     counts = result.sidecar["counts"]
     out.print(f"  {counts['read']:,} documents read; left out: {counts['duplicate']:,} duplicates, "
               f"{counts['both_classes']:,} in both classes, {counts['empty']:,} empty after preparation")
+    fit = result.sidecar["fit"]
+    chosen = "" if fit["rule"] == "configured" else " (epoch: auto, for the smaller class's " \
+        f"{fit['smaller_class_documents']:,} documents)"
+    out.print(f"  trained {result.sidecar['fasttext']['epoch']} passes{chosen}")
     out.print(f"  model: {escape(str(result.model_path))} ({result.sidecar['model']['bytes'] / 1e6:,.1f} MB, sha256 "
               f"{result.sidecar['model']['sha256'][:12]}); sidecar: {escape(str(result.sidecar_path))}")
+    for warning in result.sidecar["warnings"]:
+        out.print(f"[bold yellow]warning:[/] {escape(warning)}")
     return 0

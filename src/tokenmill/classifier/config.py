@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
@@ -37,21 +37,33 @@ class PrepareOptions(StrictModel):
     fastText's cost is per word, so this bounds the cost of scoring a book."""
 
 
+MAX_DIM = 1024
+"""The largest `dim`: fastText's published models use 10 to 300."""
+MAX_BUCKET = 10_000_000
+"""The most hash buckets: five times fastText's default (2,000,000)."""
+MAX_INPUT_FLOATS = 1_000_000_000
+"""The most float32 weights `bucket` x `dim` may ask for (4 GB): fastText allocates them all at once, and beyond
+the machine's memory it stops with `std::bad_alloc`."""
+AUTO = "auto"
+
+
 class FastTextOptions(StrictModel):
     """fastText supervised training options (names as in fastText's Python API); `thread` is always 1 (see docs)."""
 
     word_ngrams: int = Field(default=2, ge=1, le=5)
     """Longest word n-gram used as a feature (DCLM's classifier: 2)."""
-    dim: int = Field(default=100, ge=1)
-    """Size of the word vectors."""
-    epoch: int = Field(default=5, ge=1)
-    """Passes over the training file."""
+    dim: int = Field(default=100, ge=1, le=MAX_DIM)
+    """Size of the word vectors, at most 1024."""
+    epoch: Union[Literal["auto"], int] = AUTO
+    """Passes over the training file, or `auto` (the default): enough passes for 25,000 updates on the smaller
+    class's training documents, from 5 (fastText's default, right for large sets) to 100 (`train.fit_epochs`). The
+    sidecar records the number chosen and why."""
     lr: float = Field(default=0.1, gt=0)
     """Learning rate (fastText's supervised default)."""
     min_count: int = Field(default=1, ge=1)
     """Words seen fewer times than this are left out of the vocabulary."""
-    bucket: int = Field(default=2_000_000, ge=1)
-    """Hash buckets for word n-grams (the model's size grows with `bucket` x `dim`)."""
+    bucket: int = Field(default=2_000_000, ge=1, le=MAX_BUCKET)
+    """Hash buckets for word n-grams, at most 10,000,000 (the model's size grows with `bucket` x `dim`)."""
     loss: Literal["softmax", "ns", "hs", "ova"] = "softmax"
     """Loss: `softmax`, `ns` (negative sampling), `hs` (hierarchical softmax) or `ova` (one-vs-all)."""
     minn: int = Field(default=0, ge=0)
@@ -63,6 +75,23 @@ class FastTextOptions(StrictModel):
     def _ngram_range(self) -> "FastTextOptions":
         if self.maxn and self.minn > self.maxn:
             raise ValueError(f"minn {self.minn} is greater than maxn {self.maxn}; lower minn or raise maxn")
+        return self
+
+    @field_validator("epoch", mode="before")
+    @classmethod
+    def _epoch(cls, value: Any) -> Any:
+        if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1000):
+            return value
+        raise ValueError(f"{value!r} is neither a number of passes from 1 to 1000 nor 'auto'")
+
+    @model_validator(mode="after")
+    def _input_size(self) -> "FastTextOptions":
+        # fastText sets bucket to 0 when there are neither word nor character n-grams to hash
+        if (self.word_ngrams > 1 or self.maxn > 0) and self.bucket * self.dim > MAX_INPUT_FLOATS:
+            raise ValueError(f"bucket x dim is {self.bucket:,} x {self.dim} = {self.bucket * self.dim:,} weights "
+                             f"({self.bucket * self.dim * 4 / 1e9:,.1f} GB before the vocabulary's), more than "
+                             f"{MAX_INPUT_FLOATS:,} (4 GB): lower bucket or dim (bucket: 100000, dim: 16 suit a few "
+                             f"thousand documents)")
         return self
 
 

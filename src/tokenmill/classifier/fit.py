@@ -1,14 +1,21 @@
 """fastText's supervised training, alone in a child process: `python -m tokenmill.classifier.fit TRAIN MODEL ARGS`.
 
-Why a process of its own: fasttext-numpy2 0.10.4 trains the same file to the same bytes in a fresh process, but a
-second or third `train_supervised` in one process may stop with "Encountered NaN" (seen on the shared real data:
-first call fine, later ones not, depending on what was trained and freed before), which points at state that the
-library leaves behind in the process. A fresh interpreter per training makes every training the library's first.
+Why a process of its own, every allocation zeroed: fastText (fasttext-numpy2 0.10.4, as fastText's own source)
+reads memory it never wrote. With one thread, `DenseMatrix::uniform` initializes only the first tenth of the input
+matrix (a tenth per thread) and leaves the rest as malloc returned it (`AlignedVector` does not clear), and some
+smaller buffer is read unwritten too. Memory fresh from the kernel is zeros, and every tokenmill model so far was
+trained from those; memory that malloc hands out again holds what was freed there, and the training then stops with
+"Encountered NaN" or gives other bytes: a second `train_supervised` in one process did, and so does a first one on
+2,000 short lines (bucket 1000, dim 8 or the defaults). So each training runs in a fresh interpreter with glibc's
+`perturb` set to 255, which fills every block malloc returns with zeros, and its per-thread cache off (a cached block
+would skip that): every byte fastText reads unwritten is 0, whatever ran before; the demo's model is the same bytes
+with and without it. Other C libraries ignore the setting.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +23,9 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 
+ZEROED_MALLOC = "glibc.malloc.perturb=255:glibc.malloc.tcache_count=0"
+"""glibc tunables: every block malloc returns is filled with 255 ^ 0xff = 0 (mallopt's M_PERTURB), the per-thread
+cache, which returns blocks without filling them, off."""
 NAN_HINT = "the training diverged: lower fasttext.lr (to half, say) or fasttext.epoch"
 
 
@@ -26,11 +36,17 @@ class TrainingFailed(TokenmillError):
 def fit(train_file: Path, model_file: Path, arguments: dict[str, Any]) -> None:
     """Train on `train_file` with `train_supervised(**arguments)` in a child process and save to `model_file`."""
     done = subprocess.run([sys.executable, "-m", __name__, str(train_file), str(model_file), json.dumps(arguments)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=_zeroed_malloc_env())
     if done.returncode != 0:
         message = (done.stderr.strip().splitlines() or ["no message"])[-1].rstrip(".")
         hint = f"; {NAN_HINT}" if "NaN" in message else ""
         raise TrainingFailed(f"fastText training failed (exit {done.returncode}): {message}{hint}")
+
+
+def _zeroed_malloc_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GLIBC_TUNABLES"] = ":".join(filter(None, (env.get("GLIBC_TUNABLES"), ZEROED_MALLOC)))
+    return env
 
 
 def main(argv: list[str]) -> int:

@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Sequence
 
 import numpy as np
 
 from tokenmill.classifier.config import PrepareOptions
+from tokenmill.classifier.fasttext_model import load_model  # noqa: F401 - the checked load, where scorers find it
 from tokenmill.classifier.prepare import predict_line
-from tokenmill.errors import ConfigError
-
-log = logging.getLogger(__name__)
-
-
-def load_model(path: str):
-    """A fastText `.bin` (or `.ftz`) loaded by path; nothing is downloaded. Raises ConfigError naming the file."""
-    import fasttext
-
-    try:
-        return fasttext.load_model(str(path))
-    except ValueError as err:  # fastText's message for a missing or foreign file
-        raise ConfigError(f"cannot load fastText model {path}: {err}") from None
-
-
-def model_labels(model) -> list[str]:
-    """Every label the model answers, read from the model itself."""
-    return list(model.get_labels())
 
 
 def score_texts(model, texts: Sequence[str], options: PrepareOptions, label: str) -> np.ndarray:

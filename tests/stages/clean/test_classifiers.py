@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 
 import numpy as np
 import pyarrow as pa
@@ -138,7 +139,7 @@ def _run_config(root, clean: dict) -> dict:
 
 @pytest.mark.parametrize("classifiers, key, message", [
     ([_hq(model="model/missing.bin")], "stages.clean.classifiers[0].model", "is not a file"),
-    ([_hq(model="junk.bin")], "stages.clean.classifiers[0].model", "wrong file format"),
+    ([_hq(model="junk.bin")], "stages.clean.classifiers[0].model", "starts with b'not ', not fastText's magic"),
     ([_hq(label="__label__nope")], "stages.clean.classifiers[0].label", "has no label '__label__nope'"),
     ([_hq(), _hq()], "stages.clean.classifiers", "used by [0] and [1]"),
     ([_hq(name="high-quality")], "stages.clean.classifiers[0].name", "not a name"),
@@ -208,7 +209,7 @@ def test_the_models_bytes_not_its_path_are_in_the_identity(trained, tmp_path):
     model = a["config"]["classifiers"][0]["model"]
     assert model.startswith("sha256:") and a["config"]["overrides"][0]["classifiers"][0]["model"] == model
     other = tmp_path / "two" / "model" / "model.bin"
-    other.write_bytes(other.read_bytes() + b"\0")
+    other.write_bytes(other.read_bytes()[:-4] + struct.pack("<f", 0.25))  # another last weight: still a whole model
     assert _stage(tmp_path / "two", config).identity() != a
     assert _stage(tmp_path / "one", {"classifiers": [_hq(0.7)]}).identity() != a  # the threshold too
 
@@ -273,3 +274,45 @@ def test_a_stage_editing_text_otherwise_than_training_is_warned_about(trained, t
         assert not caplog.records  # trained behind the stage's default normalize and pii, as configured here
         parse_config(_run_config(tmp_path, {"classifiers": [_hq()], "pii": None}), tmp_path)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["stages.clean.classifiers[0].model"]
+
+
+@pytest.mark.parametrize("keep", [{"threshold": 0.5}, {"top_fraction": 0.5}])
+def test_a_model_cut_short_stops_validate_and_run_before_any_work(trained, tmp_path, capsys, keep):
+    """Issue 31: a model copied without its last 100 bytes (and without its sidecar) loaded, passed `validate` and
+    scored every text near 0: a threshold dropped nearly everything, a top_fraction tied everything at 0 and kept
+    it all, exit 0. Now both commands stop at the config, naming the key, the file and the missing bytes."""
+    from tokenmill import cli
+
+    _, result = trained
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.bin").write_bytes(result.model_path.read_bytes()[:-100])
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(_run_config(tmp_path, {**ONLY_CLASSIFIERS, "classifiers": [_hq(keep=keep)]})))
+    for command in ("validate", "run"):
+        assert cli.main([command, str(config)]) == 2
+        err = " ".join(capsys.readouterr().err.split())  # rich wraps lines
+        assert f"stages.clean.classifiers[0].model: {tmp_path / 'model' / 'model.bin'} is cut short" in err, err
+        assert "(100 bytes missing)" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()  # the run folder: nothing was written, no stage ran
+
+
+def test_a_fasttext_without_get_labels_stops_validate_with_the_repair(trained, tmp_path, capsys, monkeypatch):
+    """Issue 31: with fasttext-predict's files over fasttext-numpy2's (installed later), `validate` and `run` ended
+    in a raw `AttributeError: '_FastText' object has no attribute 'get_labels'`. Now: which package to reinstall,
+    and how (a plain `pip install fasttext-numpy2` says "already satisfied")."""
+    import sys
+
+    from tests.classifier.bindings import fasttext_predict_module
+    from tokenmill import cli
+
+    root, _ = trained
+    shutil.copytree(root / "model", tmp_path / "model")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(_run_config(tmp_path, {**ONLY_CLASSIFIERS, "classifiers": [_hq()]})))
+    module = fasttext_predict_module(tmp_path)
+    monkeypatch.setitem(sys.modules, "fasttext", module)
+    monkeypatch.setitem(sys.modules, "fasttext_pybind", module.binding)
+    assert cli.main(["validate", str(config)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "has no train_supervised, get_labels" in err and "AttributeError" not in err and "Traceback" not in err
+    assert "pip uninstall -y fasttext-predict; pip install --force-reinstall --no-deps 'fasttext-numpy2==0.10.4'" in err

