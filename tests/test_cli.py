@@ -99,12 +99,19 @@ def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path, sta
 
 
 @pytest.mark.ray
-def test_join_an_existing_cluster(ray_cluster, tmp_path):
+@pytest.mark.parametrize("named_by", ["flag", "RAY_ADDRESS"])
+def test_join_an_existing_cluster(ray_cluster, tmp_path, named_by):
+    """`--ray-address`, or else Ray's own RAY_ADDRESS (set by `ray job submit` and in a KubeRay head pod): with the
+    variable set and no flag, `tokenmill run` used to fail in `ray.init` with a ValueError traceback."""
     import ray
 
     config = make_corpus(tmp_path)
     address = ray.get_runtime_context().gcs_address
-    result = tokenmill("run", str(config), "--ray-address", address, "--workers", "2")
+    if named_by == "flag":
+        result = tokenmill("run", str(config), "--ray-address", address, "--workers", "2")
+    else:
+        result = tokenmill("-v", "run", str(config), "--workers", "2", env={**os.environ, "RAY_ADDRESS": address})
+        assert f"joining the Ray cluster at {address} (from RAY_ADDRESS)" in result.stderr, result.stderr[-3000:]
     assert result.returncode == 0, result.stderr
     assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2  # the shared cluster lives on
     assert (tmp_path / "out" / "sample" / "manifest.json").exists()
@@ -169,3 +176,82 @@ def test_inspect_prints_documents_and_names_as_text(monkeypatch, capsys):
     assert "1 random dropped documents of clean" in out
     for literal in (f"{CLOSE}id", f"{BOLD}src/{CLOSE}", f"{BOLD}why", f"a document with {BOLD} and {CLOSE} in it"):
         assert literal in out, literal
+
+
+# ------------------------------------------------------------ a core-only install, a closed pipe (issue 31 items 9, 11)
+
+CORE_ONLY = """
+import sys
+
+EXTRA = {"rich", "pydantic", "yaml", "pyarrow", "ray", "polars", "zstandard", "tokenizers", "datatrove"}
+
+
+class CoreOnly:
+    \"\"\"What `pip install tokenmill` without the pipeline extra lacks: numpy and torch import, these do not.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in EXTRA:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, CoreOnly())
+from tokenmill.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_core_only_install_shows_help_and_names_the_extra_to_install(tmp_path):
+    """Without the pipeline extra, `tokenmill --help` failed with `ModuleNotFoundError: rich`. Now help works and a
+    command that needs the extra says which one to install, in one line (checked by hand in a real venv with only
+    torch and numpy installed: the same lines)."""
+    def core_only(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", CORE_ONLY, *args], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+
+    result = core_only("--help")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "usage: tokenmill" in result.stdout and "train" in result.stdout
+    for command in (["validate", "x.yaml"], ["run", "x.yaml"], ["train", "x.yaml"], ["runs", "du", "run"],
+                    ["loader", "explain", "state.json", "--step", "0"]):
+        result = core_only(*command)
+        assert result.returncode == 2, (command, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: tokenmill {command[0]} needs tokenmill's 'pipeline' "
+                                                       f"extra"), lines
+        assert "pip install 'tokenmill[pipeline]'" in lines[0]
+
+
+def test_a_missing_module_outside_any_extra_is_still_a_traceback(monkeypatch):
+    """Only a module of an extra gets the install line: a missing module of tokenmill itself is a bug to show."""
+    from tokenmill import cli
+
+    assert cli._missing_extra(ModuleNotFoundError("No module named 'tokenmill.nothing'", name="tokenmill.nothing")) \
+        is None
+    line = cli._missing_extra(ModuleNotFoundError("No module named 'rich'", name="rich"))
+    assert line is not None and "pip install 'tokenmill[pipeline]'" in line
+
+
+def _into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess:
+    """`tokenmill ARGS | head` where head has already exited: stdout is a pipe whose reading end is closed."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([*CLI, *args], stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`tokenmill train doctor RUN --json | head` ended in a BrokenPipeError traceback. Every command's stdout goes
+    through one handler in main(): no traceback, exit 141 (128 + SIGPIPE), as a command killed by SIGPIPE."""
+    run = tmp_path / "train-run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 2.0 - i / 10}) + "\n" for i in range(50)))
+    config = make_corpus(tmp_path / "corpus")
+    for args in (["train", "doctor", str(run), "--json"], ["validate", str(config)]):
+        result = _into_a_closed_pipe(*args)
+        assert result.returncode == 141, (args, result.stderr[-2000:])
+        assert result.stderr == "", (args, result.stderr[-2000:])

@@ -1,5 +1,6 @@
-"""Interrupts (issue 17 item 10): Ctrl-C is one line and exit 130, at Ray start-up and mid-run; a SIGKILLed driver
-leaves no Ray helper listening (Ray's agents used to stay 60-65 s; `docs/cluster.md`)."""
+"""Interrupts (issue 17 item 10, issue 31 item 11): Ctrl-C is one line and exit 130, SIGTERM one line and exit 143, at
+Ray start-up and mid-run, and the run resumes; a SIGKILLed driver leaves no Ray helper listening (Ray's agents used
+to stay 60-65 s; `docs/cluster.md`)."""
 
 from __future__ import annotations
 
@@ -183,3 +184,44 @@ def test_other_errors_are_not_taken_for_interrupts(monkeypatch):
             cli.main(["run", "x.yaml"])
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("signum, code, line", [
+    (signal.SIGTERM, 143, "stopped by SIGTERM (tokenmill run): committed tasks are kept; the same command resumes"),
+    (signal.SIGINT, 130, "interrupted (tokenmill run): committed tasks are kept; the same command resumes"),
+], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_mid_run_is_one_line_and_the_run_resumes(ray_cluster, tmp_path, signum, code, line):
+    """SIGTERM to `tokenmill run` printed Ray's C++ stack of every thread (its failure handler) and aborted, exit
+    134. Now, as Ctrl-C: one line, exit 143 (130 for SIGINT), Ray shut down, the lock released, and the same
+    command resumes, skipping the task committed before the signal."""
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.runner import run_pipeline
+
+    config = _config(tmp_path)
+    for name in ("b", "c"):
+        (tmp_path / f"{name}.jsonl").write_text((tmp_path / "a.jsonl").read_text().replace("document", name))
+    config.write_text(json.dumps({"output": "run", "sources": [{"name": "a", "format": "jsonl",
+                                                                "paths": ["*.jsonl"]}]}))
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONUNBUFFERED": "1", "TOKENMILL_TASK_DELAY_S": "3"}
+    driver = subprocess.Popen([sys.executable, "-m", "tokenmill", "run", str(config), "--workers", "1"], env=env,
+                              cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    seen: dict[int, float] = {}
+    records = tmp_path / "run" / "ingest" / "_work" / "commits" / "read"
+    try:
+        _wait_for(driver, seen, lambda: len(list(records.glob("*.json"))) == 1)  # one of three tasks committed
+        driver.send_signal(signum)
+        _, err = driver.communicate(timeout=120)
+        err = err.decode()
+        assert driver.returncode == code, err[-3000:]
+        assert "Traceback" not in err and "SIGTERM received" not in err and "logging.cc" not in err, err[-3000:]
+        assert err.strip().splitlines()[-1] == line, err[-3000:]
+        assert _gone_within(seen, 15) == []
+        locks = [json.loads(p.read_text()) for p in (tmp_path / "run" / "_lock").glob("*.json")]
+        assert [lock.get("released") for lock in locks] == [True]
+    finally:
+        _cleanup(driver, seen)
+    reports = run_pipeline(load_config(config))
+    assert (reports[0].status, reports[0].tasks_skipped, reports[0].tasks_run) == ("resumed", 1, 2)
+    assert reports[0].totals["docs_in"] == 150

@@ -1,8 +1,16 @@
 """The `tokenmill` command: run stages, write the demo corpus, check a config.
 
-This module is the parser and the dispatch: exit codes, one-line errors, Ctrl-C. Each `cmd_*` imports its body from
-the package it belongs to (`pipeline.commands`, `manifests.commands`, `inspect.commands`, `tokenize.commands`, ...) when
-the command runs, so `--help` and argument errors load no pipeline, stage, Arrow or torch module.
+This module is the parser and the dispatch: exit codes, one-line errors, Ctrl-C and SIGTERM, a closed pipe. Each
+`cmd_*` imports its body from the package it belongs to (`pipeline.commands`, `manifests.commands`,
+`inspect.commands`, `tokenize.commands`, ...) when the command runs, so `--help` and argument errors load no
+pipeline, stage, Arrow or torch module, nor any module of an extra (`rich` included): `--help` works after a
+core-only install, and a command whose extra is missing says which to install.
+
+Exit codes: 0 done; 1 a stage failed (or `manifest diff`/`show` found a difference); 2 bad input, or an extra not
+installed; 74 a full disk while checkpointing (`tokenmill train`); 130 Ctrl-C (SIGINT) and 143 SIGTERM, after one
+line (what a `run` committed stays, and the same command resumes it); 141 stdout closed early (`tokenmill ... |
+head`), silently, as a command killed by SIGPIPE (a table printed by rich ends as quietly, with rich's own exit
+code 1).
 """
 
 from __future__ import annotations
@@ -10,15 +18,33 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import re
+import signal
 import sys
 from typing import Sequence
 
-from rich.console import Console
-from rich.markup import escape
-
 from tokenmill.errors import StageFailed, TokenmillError
 
-console = Console(stderr=True)
+EXTRA = "pipeline"
+"""The extra most commands need (Ray, Arrow, pydantic, rich, ...): `pip install 'tokenmill[pipeline]'`."""
+
+
+def _say(label: str, text: str, style: str, *, whole: bool = False) -> None:
+    """One line on stderr: `label` (`error:`, `interrupted`) in `style`, then `text` (in `style` too when `whole`),
+    printed as it is (never read as rich markup), with any credentials in a URI redacted. Plain text when rich is
+    not installed."""
+    from tokenmill.pipeline.uris import display_uri
+
+    text = display_uri(text)
+    try:
+        from rich.console import Console
+        from rich.text import Text
+    except ImportError:
+        print(f"{label} {text}" if label else text, file=sys.stderr, flush=True)
+        return
+    shown = Text(text, style=style) if whole else Text.assemble((label, style), f" {text}" if label else text)
+    Console(stderr=True, soft_wrap=True).print(shown)  # not cut into lines: a path stays whole to copy
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -136,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="run config (YAML)")
     run.add_argument("--stage", help="run only this stage (ingest, sample, ...); it reads the previous stage's output")
     run.add_argument("--workers", type=int, help="most tasks at once (default: the cluster's CPUs)")
-    run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one on 127.0.0.1")
+    run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one on 127.0.0.1 "
+                     "(default: execution.ray_address, else $RAY_ADDRESS)")
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser("validate", help="check a config and the stage chain without running anything")
@@ -252,77 +279,172 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _log_to_stderr(logging.INFO if args.verbose else logging.WARNING)
     if getattr(args, "workers", None) is not None and args.workers < 1:
-        console.print("[red]error:[/] --workers: must be at least 1")
+        _say("error:", "--workers: must be at least 1", "red")
         return 2
-    import signal
-
-    previous = signal.getsignal(signal.SIGINT)
-    interrupted = _count_interrupts()
+    signals = (signal.SIGINT,) if args.command == "train" else (signal.SIGINT, signal.SIGTERM)  # train's launcher
+    previous = {signum: signal.getsignal(signum) for signum in signals}  # forwards its own to the ranks
+    interrupted = _count_interrupts(signals)
     try:
-        return _run_command(args, interrupted)
+        code = _run_command(args, interrupted)
+        sys.stdout.flush()  # here, so a closed pipe is met while it can still be handled
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     finally:
-        if previous is not None:
-            with contextlib.suppress(ValueError):  # ValueError: not the main thread, nothing was installed
-                signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            if handler is not None:
+                with contextlib.suppress(ValueError):  # ValueError: not the main thread, nothing was installed
+                    signal.signal(signum, handler)
+
+
+class _Redacting(logging.Formatter):
+    """Log records with any credentials in a URI redacted (`uris.display_uri`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from tokenmill.pipeline.uris import display_uri
+
+        return display_uri(super().format(record))
+
+
+def _log_to_stderr(level: int) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Redacting("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`| head`): no traceback, exit 141 as a command ended by SIGPIPE would.
+
+    As Python's documentation of SIGPIPE recommends: stdout is pointed at /dev/null, so the interpreter's own
+    flush at exit finds no pipe to fail on again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE_CLOSED
+
+
+def _missing_extra(err: ModuleNotFoundError) -> str | None:
+    """The line for a module of an extra that is not installed (a core-only install has numpy and torch only), or
+    None for any other missing module (a bug, shown in full).
+
+    Which extra, from the installed package's own metadata rather than a list kept here: the one that requires a
+    distribution of the module's name (or the installed distribution that provides it), else the pipeline extra
+    when any of its distributions is missing."""
+    from importlib import metadata
+
+    module = (err.name or "").split(".")[0]
+    if not module or module == "tokenmill":
+        return None
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    def absent(distribution: str) -> bool:
+        try:
+            metadata.version(distribution)
+            return False
+        except metadata.PackageNotFoundError:
+            return True
+
+    try:
+        requires = metadata.requires("tokenmill") or []
+    except metadata.PackageNotFoundError:  # run from a source tree: no metadata to consult
+        requires = []
+    wanted: dict[str, list[str]] = {}
+    for requirement in requires:
+        extra = re.search(r"""extra\s*==\s*['"]([^'"]+)['"]""", requirement)
+        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+        if extra and name:
+            wanted.setdefault(extra.group(1), []).append(name.group(0))
+    provides = {norm(d) for d in (module, *metadata.packages_distributions().get(module, []))}
+    extra = next((e for e, names in wanted.items() if provides & {norm(n) for n in names}), None)
+    if extra is None and (not wanted or any(absent(d) for d in wanted.get(EXTRA, []))):
+        extra = EXTRA
+    if extra is None:
+        return None
+    missing = [d for d in wanted.get(extra, []) if absent(d)]
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    return (f"needs tokenmill's {extra!r} extra, which is not installed (no module named {module!r}"
+            f"{f'; missing: {shown}' if shown else ''}): pip install 'tokenmill[{extra}]'")
 
 
 def _run_command(args: argparse.Namespace, interrupted: list[int]) -> int:
-    """The command, its errors as one line each and an exit code: 1 a stage failed, 2 bad input, 130 Ctrl-C."""
+    """The command, its errors as one line each and an exit code: 1 a stage failed, 2 bad input, 130 Ctrl-C, 143
+    SIGTERM."""
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        return _interrupted(args)
+        return _interrupted(args, interrupted)
     except StageFailed as err:
         if interrupted:
-            return _interrupted(args)
-        console.print(f"[red]{escape(str(err))}[/]")
+            return _interrupted(args, interrupted)
+        _say("", str(err), "red", whole=True)
         return 1
     except TokenmillError as err:
         if interrupted:
-            return _interrupted(args)
-        console.print(f"[red]error:[/] {escape(str(err))}")
+            return _interrupted(args, interrupted)
+        _say("error:", str(err), "red")
+        return getattr(err, "exit_code", 2)  # 2 unless the error has its own (a full disk while checkpointing: 74)
+    except ModuleNotFoundError as err:
+        if interrupted:
+            return _interrupted(args, interrupted)
+        line = _missing_extra(err)
+        if line is None:
+            raise
+        _say("error:", f"tokenmill {args.command} {line}", "red")
         return 2
+    except BrokenPipeError:
+        raise  # main() ends quietly
     except Exception:
         # Ray turns a Ctrl-C inside its start-up into other errors (a failed connection, a dead node): an
         # interrupt is still an interrupt, whatever the exception it left behind.
         if interrupted:
-            return _interrupted(args)
+            return _interrupted(args, interrupted)
         raise
 
 
 EXIT_INTERRUPTED = 130
 """128 + SIGINT, what a shell reports for a command stopped by Ctrl-C."""
+EXIT_TERMINATED = 143
+"""128 + SIGTERM, what a shell reports for a command ended by `kill`."""
+EXIT_PIPE_CLOSED = 141
+"""128 + SIGPIPE, what a shell reports for a command whose output pipe closed."""
 
 
-def _count_interrupts() -> list[int]:
-    """Note every SIGINT (the list is non-empty once one arrived), then raise KeyboardInterrupt as Python would."""
-    import signal
+def _count_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> list[int]:
+    """Note every SIGINT and SIGTERM (the list holds each one that arrived), then raise KeyboardInterrupt as Python
+    does for a SIGINT: the command unwinds (Ray shut down, the run folder's lock released) and exits with one line."""
     import threading
 
     seen: list[int] = []
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not \
-            signal.default_int_handler:
+    if threading.current_thread() is not threading.main_thread():
         return seen  # embedded (a test, a notebook with its own handler): leave it alone
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
         seen.append(signum)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, on_sigint)
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    for signum in signals:
+        if signal.getsignal(signum) is defaults[signum]:  # else someone else's handler: leave it alone
+            signal.signal(signum, on_signal)
     return seen
 
 
-def _interrupted(args: argparse.Namespace) -> int:
-    """One line on Ctrl-C, never a traceback; exit 130. What a `run` committed stays and a rerun resumes it."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up that follows
+def _interrupted(args: argparse.Namespace, seen: list[int] | None = None) -> int:
+    """One line on Ctrl-C or SIGTERM, never a traceback; exit 130 or 143. What a `run` committed stays and a rerun
+    resumes it."""
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a second signal must not interrupt the clean-up that follows
+        with contextlib.suppress(ValueError):
+            signal.signal(signum, signal.SIG_IGN)
+    terminated = bool(seen) and seen[-1] == signal.SIGTERM
     what = f"tokenmill {args.command}"
     resume = ": committed tasks are kept; the same command resumes" if args.command == "run" else ""
-    console.print(f"[yellow]interrupted[/] ({what}){resume}")
-    return EXIT_INTERRUPTED
+    _say("stopped by SIGTERM" if terminated else "interrupted", f"({what}){resume}", "yellow")
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -252,7 +253,7 @@ def test_output_inside_a_source_glob_is_refused_at_validation(tmp_path, capsys):
     config["sources"][0].update(format="json", paths=["books/**/*.json"])
     (root / "manifests.yaml").write_text(yaml.safe_dump({**config, "output": "books/json-run"}))
     (root / "books" / "a" / "x.json").write_text("[]")
-    with pytest.raises(ConfigError, match="would match files the run writes under .*json-run/_logs/"):
+    with pytest.raises(ConfigError, match="would match files the run writes under .*json-run/ingest/manifest.json"):
         load_config(root / "manifests.yaml")
     (root / "beside.yaml").write_text(yaml.safe_dump({**config, "output": "run"}))
     assert load_config(root / "beside.yaml").output == "run"
@@ -267,6 +268,127 @@ def test_a_source_file_already_under_the_run_folder_is_refused(ray_cluster, tmp_
     reach = edited(corpus, "reach", lambda d: d["sources"][1].__setitem__("paths", ["data/zh/*.jsonl", "out/*/*.jsonl"]))
     with pytest.raises(ConfigError, match=r"sources\[1\]\.paths\[1\]: 'out/\*/\*\.jsonl' matches files under its output folder .*notes/n.jsonl"):
         load_config(reach)
+
+
+# ------------------------------------------- 2b. real paths and real names (issue 31 item 5), on the demo's books
+
+
+@pytest.fixture(scope="module")
+def demo_books(tmp_path_factory) -> Path:
+    """The demo corpus's `books_en` source: real Parquet files named `books-0000N.parquet`, written once."""
+    from tokenmill.demo import write_demo_corpus
+
+    root = tmp_path_factory.mktemp("demo")
+    write_demo_corpus(root, docs_per_source=40, classifier=False)
+    return root / "books_en"
+
+
+def _books(root: Path, demo_books: Path, output: str, pattern: str) -> Path:
+    """A copy of the demo's books under `root` and a config reading them (`pattern`) into `output`."""
+    import shutil
+
+    shutil.copytree(demo_books, root / "books_en")
+    source = {"name": "books_en", "format": "parquet", "paths": [pattern], "text_field": "text",
+              "id_field": "doc_id", "language": "en"}
+    config = root / "books.yaml"
+    config.write_text(yaml.safe_dump({"output": output, "sources": [source], "stages": {"sample": {}}}))
+    return config
+
+
+def _refused_by_validate_and_run(config: Path, capsys, match: str) -> str:
+    """`tokenmill validate` and `tokenmill run` both stop with exit 2 and one message (no traceback)."""
+    for command in ("validate", "run"):
+        assert cli([command, str(config)]) == 2, command
+        captured = capsys.readouterr()
+        err = " ".join(captured.err.split())
+        assert "Traceback" not in err, f"{command}: {err}"
+        assert re.search(match, err), f"{command}: {err}"
+    return err
+
+
+@pytest.mark.ray
+def test_an_output_symlinked_into_a_source_folder_is_refused(ray_cluster, demo_books, tmp_path, capsys):
+    """`output: out`, `out` a symlink to `books_en/runs`: the pattern `books_en/**/*.parquet` reaches the real run
+    folder. It passed validation and every later run read the run's own shards (validate counted 6 of them)."""
+    root = tmp_path / "demo"
+    config = _books(root, demo_books, "out", "books_en/**/*.parquet")
+    (root / "books_en" / "runs").mkdir()
+    (root / "out").symlink_to("books_en/runs")
+    err = _refused_by_validate_and_run(config, capsys, r"sources\[0\]\.paths\[0\]: 'books_en/\*\*/\*\.parquet' "
+                                                       r"would match files the run writes under its output folder")
+    assert f"{root}/books_en/runs (where {root}/out leads)" in err
+    assert list((root / "books_en" / "runs").iterdir()) == []  # nothing written
+    # Reached through a symlinked folder inside the source tree (its target inside the folder the pattern starts
+    # from, so not refused as a link leading out), the run's files are found as they are matched.
+    config = _books(tmp_path / "tree", demo_books, "books_en/run", "books_en/**/in/*/*.parquet")
+    shards = tmp_path / "tree" / "books_en" / "run" / "ingest" / "shards"
+    shards.mkdir(parents=True)
+    (tmp_path / "tree" / "books_en" / "run" / runfolder.ROOT_MARKER).write_text("{}")
+    pq.write_table(pa.table({"text": ["a shard"]}), shards / "books_en.x.p00000.parquet")
+    (tmp_path / "tree" / "books_en" / "in" / "a").mkdir(parents=True)
+    pq.write_table(pa.table({"text": ["a book"], "doc_id": ["1"]}), tmp_path / "tree" / "books_en" / "in" / "a" / "b.parquet")
+    (tmp_path / "tree" / "books_en" / "in" / "x").symlink_to("../run/ingest/shards")
+    _refused_by_validate_and_run(config, capsys, r"'books_en/\*\*/in/\*/\*\.parquet' matches files under its "
+                                                 r"output folder .*books_en/in/x/books_en\.x\.p00000\.parquet")
+
+
+@pytest.mark.ray
+def test_a_pattern_matching_the_names_a_run_writes_is_refused(ray_cluster, demo_books, tmp_path, capsys):
+    """`paths: ["books_en/**/*books-*.parquet"]` with `output: books_en/run`: the check used invented names
+    (`<source>.00000.parquet`), so it passed, and every later run was refused (InputChangedError). Now the shard
+    named in the message is one a real run of these files writes."""
+    config = _books(tmp_path / "demo", demo_books, "books_en/run", "books_en/**/*books-*.parquet")
+    err = _refused_by_validate_and_run(config, capsys, r"'books_en/\*\*/\*books-\*\.parquet' would match files the "
+                                                       r"run writes under its output folder")
+    example = re.search(r"\(e\.g\. (\S+)\)", err).group(1)
+    assert not (tmp_path / "demo" / "books_en" / "run").exists()
+    # The example is a name the run really writes: the same files run into a folder outside the sources.
+    reports = run_pipeline(load_config(edited(config, "elsewhere", lambda d: d.__setitem__(
+        "output", str(tmp_path / "elsewhere")))))
+    assert reports[0].stage == "ingest"
+    written = {p.name for p in (tmp_path / "elsewhere" / "ingest" / "shards").iterdir()}
+    assert example.startswith(f"{tmp_path}/demo/books_en/run/ingest/shards/")
+    assert Path(example).name in written, (example, sorted(written))
+    # A pattern that reaches the run folder only where the run writes nothing is not refused.
+    (tmp_path / "demo" / "books_en" / "2024" / "raw").mkdir(parents=True)
+    (tmp_path / "demo" / "books_en" / "books-00000.parquet").rename(
+        tmp_path / "demo" / "books_en" / "2024" / "raw" / "books-00000.parquet")
+    fine = edited(config, "fine", lambda d: d["sources"][0].__setitem__("paths", ["books_en/*/raw/*.parquet",
+                                                                                   "books_en/*.parquet"]))
+    assert load_config(fine).output == "books_en/run"
+
+
+def test_a_dangling_symlink_as_output_is_one_line(tmp_path, demo_books, capsys):
+    """`output` a symlink to a folder that does not exist: pyarrow's raw FileExistsError came out of `run`."""
+    root = tmp_path / "demo"
+    config = _books(root, demo_books, "out", "books_en/*.parquet")
+    (root / "out").symlink_to("missing/run")
+    _refused_by_validate_and_run(config, capsys, rf"output: {root}/out is a symlink to missing/run, which does not "
+                                                 rf"exist .*create the folder it points to")
+    assert not (root / "missing").exists() and (root / "out").is_symlink()
+
+
+def test_symlinked_folders_of_a_run_folder_are_never_written_through(tmp_path, demo_books, capsys):
+    """A stage folder, or `_superseded`, that is a symlink (to another run's folder): tokenmill would write, move and
+    delete there without that run's lock. Refused, naming the link; the folder it leads to is left as it was."""
+    other = tmp_path / "other"
+    (other / "ingest" / "shards").mkdir(parents=True)
+    (other / "ingest" / runfolder.STAGE_MARKER).write_text("")
+    (other / "ingest" / "shards" / "theirs.parquet").write_bytes(b"not this run's")
+    before = files_under(other)
+    config = _books(tmp_path / "demo", demo_books, "run", "books_en/*.parquet")
+    run = tmp_path / "demo" / "run"
+    run.mkdir()
+    (run / runfolder.ROOT_MARKER).write_text("{}")
+    (run / "ingest").symlink_to(other / "ingest")
+    assert cli(["run", str(config)]) == 2
+    assert re.search(r"run/ingest is a symlink to .*other/ingest: tokenmill writes, moves and deletes only folders "
+                     r"inside the run folder", " ".join(capsys.readouterr().err.split()))
+    assert files_under(other) == before
+    (run / "ingest").unlink()
+    (run / "_superseded").symlink_to(other)
+    _refused_by_validate_and_run(config, capsys, r"output: .*run/_superseded is a symlink to")
+    assert files_under(other) == before
 
 
 # ----------------------------------------------------------------------------------- 3. never touch what is not ours

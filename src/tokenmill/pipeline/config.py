@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import glob
 import os
 import re
 from pathlib import Path
@@ -17,6 +16,9 @@ from tokenmill.errors import ConfigError
 from tokenmill.pipeline import registry, uris
 from tokenmill.pipeline.config_base import StageConfig, StrictModel, expand_path, load_yaml
 from tokenmill.pipeline.contract import SourceStage, config_paths, resolve
+# Re-exported: the source patterns' files were this module's before `patterns` held them, and callers import them here.
+from tokenmill.pipeline.patterns import (checked_matches, expand_pattern, matched_files, pattern_base,  # noqa: F401
+                                         pattern_problems, source_files)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -273,7 +275,7 @@ def expand_paths(data: dict[str, Any]) -> dict[str, Any]:
     for field in path_fields():
         data = _expand_fields(data, field.split("."), "", problems)
     if problems:
-        raise ConfigError("invalid config:\n" + "\n".join(problems))
+        raise ConfigError(uris.display_uri("invalid config:\n" + "\n".join(problems)))
     return data
 
 
@@ -336,14 +338,17 @@ def check_paths(config: RunConfig) -> None:
     for i, source in enumerate(config.sources):
         for j, pattern in enumerate(source.paths):
             key = f"sources[{i}].paths[{j}]"
-            trouble, listed[pattern] = _checked_matches(config, pattern)
+            trouble, listed[pattern] = checked_matches(config, pattern)
             if trouble:
                 problems += [f"  {key}: {t}" for t in trouble]
             elif not listed[pattern]:
                 where = uris.where_listed(pattern) if uris.is_remote(pattern) else config.base_dir
                 problems.append(f"  {key}: {pattern!r} matches no file (looked in {where})")
         if source.root is not None and uris.is_remote(source.root):
-            pass  # an object store has no folders to check: ids are the keys below this prefix
+            # An object store has no folders to check: ids are the keys below this prefix.
+            problem = uris.uri_problem(source.root)
+            if problem:
+                problems.append(f"  sources[{i}].root: {problem}")
         elif source.root is not None and not config.resolve(uris.local_part(source.root)).is_dir():
             problems.append(f"  sources[{i}].root: {source.root!r} is not a folder")
         elif source.root is None and len({uris.is_remote(p) for p in source.paths}) > 1:
@@ -361,9 +366,9 @@ def check_paths(config: RunConfig) -> None:
     problems += _stage_path_problems(config)
     from tokenmill.pipeline.runfolder import output_problems  # the output folder and sources that reach into it
 
-    problems += output_problems(config)
+    problems += output_problems(config, listed)
     if problems:
-        raise ConfigError("invalid config:\n" + "\n".join(problems))
+        raise ConfigError(uris.display_uri("invalid config:\n" + "\n".join(problems)))
 
 
 def _overlap_problems(config: RunConfig, listed: Mapping[str, Iterable[Path | str]]) -> list[str]:
@@ -404,120 +409,3 @@ def _stage_path_problems(config: RunConfig) -> list[str]:
                    if not config.resolve(path).is_file()]
         problems += missing or [f"  {p}" for p in cls.config_problems(stage_config, config.resolve)]
     return problems
-
-
-_MAGIC = re.compile(r"[*?\[]")
-
-
-def _pattern_base(full: str) -> Path:
-    """The folder a glob pattern starts from: its leading components without wildcards."""
-    parts = Path(full).parts
-    fixed = []
-    for part in parts[:-1]:
-        if _MAGIC.search(part):
-            break
-        fixed.append(part)
-    return Path(*fixed) if fixed else Path(".")
-
-
-def _symlink_loop(base: Path) -> Path | None:
-    """The first symlinked folder under `base` that leads back to one of its own ancestors, if any.
-
-    `glob("**", recursive=True)` follows folder symlinks, so such a loop makes it list the same files under ever
-    longer names, until the path is too long (and two loops in one folder multiply: 2**40 names).
-    """
-    stack = [(base, frozenset({os.path.realpath(base)}))]
-    seen: set[str] = set()
-    while stack:
-        folder, ancestors = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if not entry.is_dir():
-                    continue
-            except OSError:
-                continue
-            real = os.path.realpath(entry.path)
-            if real in ancestors:
-                return Path(entry.path)
-            if real in seen:
-                continue  # reached twice through symlinks: glob lists it twice, which source_files dedupes
-            seen.add(real)
-            stack.append((Path(entry.path), ancestors | {real}))
-    return None
-
-
-def pattern_problems(config: RunConfig, pattern: str) -> list[str]:
-    """Why the files a pattern matches cannot be read safely (see `check_paths`); empty when they can.
-
-    For an object-store URI: why it cannot be listed (the store does not answer, a wildcard in the bucket name,
-    a scheme tokenmill does not read), before any work starts."""
-    if uris.is_remote(pattern):
-        return _checked_matches(config, pattern)[0]
-    full = str(config.resolve(uris.local_part(pattern)))
-    if not _MAGIC.search(full):
-        return []  # a file named outright is the configured path itself, wherever a symlink takes it
-    base = _pattern_base(full)
-    if "**" in full and base.is_dir():
-        loop = _symlink_loop(base)
-        if loop is not None:
-            return [f"{pattern!r} walks through a symlink loop: {loop} -> {os.readlink(loop) if loop.is_symlink() else '?'} "
-                    f"leads back to a folder it is in; remove the link or use a pattern without '**'"]
-    problems = []
-    real_base = base.resolve()
-    for match in sorted(glob.glob(full, recursive=True)):
-        if os.path.isdir(match):
-            continue
-        if not os.path.exists(match):
-            problems.append(f"{match} is a broken symlink or a symlink loop (it leads to no file)")
-        elif not Path(match).resolve().is_relative_to(real_base):
-            problems.append(f"{match} is a symlink to {Path(match).resolve()}, outside {real_base} where the pattern "
-                            f"looks; name that file in paths if it is meant to be read")
-    return problems
-
-
-def _checked_matches(config: RunConfig, pattern: str) -> tuple[list[str], list[Path] | list[str]]:
-    """`pattern_problems` and, when there are none, `expand_pattern`: an object-store pattern listed once for both."""
-    if uris.is_remote(pattern):
-        try:
-            return [], uris.glob_remote(pattern)
-        except (OSError, ValueError) as err:
-            return [str(err)], []
-    trouble = pattern_problems(config, pattern)
-    return trouble, ([] if trouble else expand_pattern(config, pattern))
-
-
-def expand_pattern(config: RunConfig, pattern: str) -> list[Path] | list[str]:
-    """The files a pattern matches, sorted: local `Path`s, or object URIs (`str`) for an object-store pattern."""
-    if uris.is_remote(pattern):
-        return uris.glob_remote(pattern)
-    full = str(config.resolve(uris.local_part(pattern)))
-    return sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
-
-
-def matched_files(config: RunConfig, source: SourceConfig,
-                  listed: Mapping[str, Iterable[Path | str]] | None = None) -> list[Path | str]:
-    """The files the source's patterns match (local ones resolved, objects by URI), sorted and without repeats.
-    `listed`: patterns' matches already listed (`expand_pattern`'s, or `uris.list_objects`'), not listed again."""
-    listed = listed or {}
-    found = {f if isinstance(f, str) else f.resolve() for pattern in source.paths
-             for f in (listed[pattern] if pattern in listed else expand_pattern(config, pattern))}
-    return sorted(found, key=uris.sort_key)
-
-
-def source_files(config: RunConfig, source: SourceConfig,
-                 listed: Mapping[str, Iterable[Path | str]] | None = None) -> tuple[Path | str, list[Path | str]]:
-    """The source's root folder (a folder URI for objects) and its files, sorted and without repeats (`listed`: as
-    for `matched_files`)."""
-    files = matched_files(config, source, listed)
-    if source.root is not None:
-        root: Path | str = (source.root if uris.is_remote(source.root)
-                            else config.resolve(uris.local_part(source.root)).resolve())
-    elif files and all(isinstance(f, str) for f in files):
-        root = uris.common_folder(files)  # type: ignore[arg-type]
-    else:
-        root = Path(os.path.commonpath([str(f.parent) for f in files]))  # type: ignore[union-attr]
-    return root, files

@@ -272,6 +272,12 @@ class SourceStage(Stage):
     def input_stamp(self) -> Any:
         """What says the listed files are unchanged (modification times, content hashes): in the resume key only."""
 
+    @classmethod
+    def first_shard(cls, source: str, relpath: str) -> str | None:
+        """The name of the first shard the stage writes from `source`'s file `relpath` (below the source's root), if
+        it can say: validation shows it as the file a source pattern reaching into the run folder would read back."""
+        return None
+
 
 def registered() -> Mapping[str, type[Stage]]:
     """The stage classes imported so far, by name (see `tokenmill.pipeline.registry` for discovery)."""

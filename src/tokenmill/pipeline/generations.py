@@ -115,7 +115,7 @@ def _generation_usage(fs: pafs.FileSystem, folder: str, name: str, deleting: boo
             gen.stages.append(_stage_usage(fs, entry.path, entry.base_name))
         else:
             gen.other.append(entry.base_name)
-            gen.other_bytes += _size(fs, entry.path)[0]
+            gen.other_bytes += 0 if runfolder.is_link(fs, entry.path) else _size(fs, entry.path)[0]
     return gen
 
 
@@ -142,13 +142,15 @@ def disk_usage(fs: pafs.FileSystem, root: str) -> Usage:
             continue
         if entry.type == pafs.FileType.Directory and runfolder.stage_is_ours(fs, entry.path):
             live.stages.append(_stage_usage(fs, entry.path, entry.base_name))
-        else:
+        elif not runfolder.is_link(fs, entry.path):  # a link's target is not this run's disk use
             other += _size(fs, entry.path)[0]
     superseded = []
     base = storage.join(root, SUPERSEDED)
     for entry in _entries(fs, base):
         name = entry.base_name
-        if entry.type == pafs.FileType.Directory and GENERATION.match(name):
+        if runfolder.is_link(fs, entry.path):  # leads elsewhere: neither counted through nor deleted by gc
+            superseded.append(GenerationUsage(name, other=[name]))
+        elif entry.type == pafs.FileType.Directory and GENERATION.match(name):
             superseded.append(_generation_usage(fs, entry.path, name))
         elif (entry.type == pafs.FileType.Directory and name.endswith(DELETING)
               and GENERATION.match(name.removesuffix(DELETING))):
@@ -165,7 +167,7 @@ def disk_usage(fs: pafs.FileSystem, root: str) -> Usage:
 def generations(fs: pafs.FileSystem, root: str) -> list[str]:
     """Names of the superseded generations, newest first (a generation being deleted is not one)."""
     names = [e.base_name for e in _entries(fs, storage.join(root, SUPERSEDED))
-             if e.type == pafs.FileType.Directory and GENERATION.match(e.base_name)]
+             if e.type == pafs.FileType.Directory and GENERATION.match(e.base_name) and not runfolder.is_link(fs, e.path)]
     return sorted(names, reverse=True)
 
 

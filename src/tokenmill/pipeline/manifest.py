@@ -142,7 +142,11 @@ def read_manifest(fs, stage_dir: str) -> dict[str, Any] | None:
     return manifest
 
 
-SHARD_FOLDERS = {"path": "shards", "dropped_path": "dropped"}
+SHARDS = "shards"
+"""A stage's folder of kept rows, one Parquet file per shard (`map_phase.shard_path`)."""
+DROPPED = "dropped"
+"""A stage's folder of dropped rows with their reason, one Parquet file per shard that dropped any."""
+SHARD_FOLDERS = {"path": SHARDS, "dropped_path": DROPPED}
 """The folder, inside the stage folder, each path field of a shard entry must lie in."""
 
 

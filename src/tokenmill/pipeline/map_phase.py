@@ -11,8 +11,19 @@ from tokenmill.pipeline.stats import tally_table, text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, Processed, ShardsResult, Stage, Task, TaskContext
+from tokenmill.pipeline.manifest import DROPPED, SHARDS
 from tokenmill.pipeline.documents import (DROP_REASON, content_hash, last_read, read_shard, shard_bytes,
                                           with_text_hash)
+
+
+def shard_path(name: str) -> str:
+    """Where a stage writes a shard's kept rows, relative to its folder."""
+    return f"{SHARDS}/{name}.parquet"
+
+
+def dropped_path(name: str) -> str:
+    """Where a stage writes a shard's dropped rows, relative to its folder."""
+    return f"{DROPPED}/{name}.parquet"
 
 
 def shard_name(path: str) -> str:
@@ -41,22 +52,22 @@ def split_and_write(
     kept_mask = pc.is_null(reasons)
     # A stage that keeps every row (tokenize always) needs no copy of the whole table.
     kept = table if reasons.null_count == len(reasons) else table.filter(kept_mask)
-    shard_path = f"shards/{name}.parquet"
+    kept_file = shard_path(name)
     unchanged = unchanged_input(ctx, name, kept)
-    if unchanged is None or not ctx.link(shard_path, unchanged):
-        ctx.write(shard_path, shard_bytes(kept))
-    dropped_path = None
+    if unchanged is None or not ctx.link(kept_file, unchanged):
+        ctx.write(kept_file, shard_bytes(kept))
+    dropped_file = None
     if len(kept) < table.num_rows and getattr(stage.config, "keep_dropped", True):
         dropped = table.filter(pc.invert(kept_mask)).append_column(DROP_REASON, reasons.filter(pc.invert(kept_mask)))
-        dropped_path = f"dropped/{name}.parquet"
-        ctx.write(dropped_path, shard_bytes(dropped))
+        dropped_file = dropped_path(name)
+        ctx.write(dropped_file, shard_bytes(dropped))
     others = set(table.column("source").unique().to_pylist()) - {source}
     if others:
         raise RuntimeError(f"shard {name} of source {source!r} holds rows of {sorted(others)}; a shard holds one source")
     tally = tally_table(table, reasons, bytes_in)
     entry = {
-        "path": shard_path,
-        "dropped_path": dropped_path,
+        "path": kept_file,
+        "dropped_path": dropped_file,
         "source": source,
         "content_hash": content_hash(kept),
         **tally.to_json(),
@@ -76,7 +87,7 @@ def unchanged_input(ctx: TaskContext, name: str, kept: pa.Table) -> str | None:
     input_dir = getattr(ctx, "input_dir", None)
     if input_dir is None:
         return None
-    path = storage.join(input_dir, f"shards/{name}.parquet")
+    path = storage.join(input_dir, shard_path(name))
     read = last_read(path)
     if read is None or read.num_rows != kept.num_rows or not read.schema.equals(kept.schema):
         return None

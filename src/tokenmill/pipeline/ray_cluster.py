@@ -22,6 +22,29 @@ def _local_only_env() -> None:
         ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""Ray's own variable naming a cluster to join: the default of `--ray-address` and `execution.ray_address`."""
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Put back the process's SIGTERM handler once Ray has started: `ray.init` installs its C++ failure handler for
+    SIGTERM, which prints a stack of every thread and aborts (exit 134), so a `kill` would never reach the CLI's
+    handler (one line, Ray shut down, the run folder's lock released, exit 143) nor Python's default (exit 143)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def start_local(num_cpus: int | None = None) -> None:
     """Start a private Ray instance on this machine, reachable only from it.
 
@@ -31,7 +54,8 @@ def start_local(num_cpus: int | None = None) -> None:
     import ray
 
     try:
-        _init_local(ray, num_cpus)
+        with _sigterm_kept():
+            _init_local(ray, num_cpus)
     except BaseException:
         with contextlib.suppress(Exception):
             ray.shutdown()
@@ -40,6 +64,7 @@ def start_local(num_cpus: int | None = None) -> None:
 
 def _init_local(ray, num_cpus: int | None) -> None:
     ray.init(
+        address="local",  # a new instance, whatever RAY_ADDRESS says (`ray_session` reads it first)
         num_cpus=num_cpus or os.cpu_count(),
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
@@ -54,7 +79,8 @@ def _init_local(ray, num_cpus: int | None) -> None:
 
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
-    """Use the Ray already initialised in this process, else join `address`, else start a local cluster.
+    """Use the Ray already initialised in this process, else join `address` (else the cluster `RAY_ADDRESS` names,
+    as `ray job submit` and a KubeRay head pod set it), else start a local cluster.
 
     Only a cluster started here is shut down on exit.
     """
@@ -64,11 +90,15 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         yield
         return
     reaper = None
+    if not address and os.environ.get(RAY_ADDRESS_ENV):
+        address = os.environ[RAY_ADDRESS_ENV]
+        log.info("joining the Ray cluster at %s (from %s)", address, RAY_ADDRESS_ENV)
     if address:
         if _is_loopback(address):
             # Else Ray rewrites 127.0.0.1 into this machine's outbound address and looks for the cluster there.
             _local_only_env()
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
+        with _sigterm_kept():
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
     else:
         reaper = Reaper.start()  # before Ray: a Ctrl-C or SIGKILL inside ray.init leaves helpers too
         try:

@@ -8,11 +8,10 @@ from typing import Any, Sequence
 
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
+from tokenmill.pipeline.runfolder import KEY_FILE, SUPERSEDED, stage_is_ours  # noqa: F401 - KEY_FILE is re-exported
 
 log = logging.getLogger(__name__)
 
-KEY_FILE = "_work/key.json"
-SUPERSEDED = "_superseded"
 
 
 def stage_key(stage: str, identity: dict[str, Any], input_hash: str, stamp: Any = None) -> dict[str, Any]:
@@ -77,8 +76,6 @@ def supersede(fs, root: str, stages: Sequence[str]) -> str | None:
     Only a folder tokenmill made (`runfolder.stage_is_ours`) moves: a folder of the same name that someone else
     put in the run folder stays where it is (the runner refuses one of a configured stage before any work).
     """
-    from tokenmill.pipeline.runfolder import stage_is_ours
-
     present = []
     for s in stages:
         folder = storage.join(root, s)

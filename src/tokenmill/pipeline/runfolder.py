@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import logging
 import os
@@ -46,9 +45,15 @@ log = logging.getLogger(__name__)
 ROOT_MARKER = ".tokenmill-run"
 STAGE_MARKER = ".tokenmill-stage"
 LOCK_DIR = "_lock"
-LEGACY_KEY = "_work/key.json"
-OWN_ROOT_ENTRIES = {ROOT_MARKER, LOCK_DIR, "_logs", "_superseded"}
-"""Names at the root that only tokenmill writes."""
+KEY_FILE = "_work/key.json"
+"""A stage folder's key record (`resume.stage_key`), written before its first task."""
+SUPERSEDED = "_superseded"
+"""Where `resume.supersede` moves replaced stage output, one generation folder per move."""
+LOGS_DIR = "_logs"
+"""One JSON record per stage run (`runner._log_record`)."""
+LEGACY_KEY = KEY_FILE
+OWN_ROOT_ENTRIES = {ROOT_MARKER, LOCK_DIR, LOGS_DIR, SUPERSEDED}
+"""Names at the root that only tokenmill writes (besides a folder per stage)."""
 
 HEARTBEAT_S = 5.0
 """How often the holder refreshes its lock file."""
@@ -303,13 +308,24 @@ class RunLock:
 # ---------------------------------------------------------------- markers and the output folder
 
 
+def is_link(fs: pafs.FileSystem, path: str) -> bool:
+    """A symlink on local disk (an object store has none)."""
+    return isinstance(fs, pafs.LocalFileSystem) and os.path.islink(path)
+
+
 def stage_is_ours(fs: pafs.FileSystem, stage_dir: str) -> bool:
-    """A stage folder tokenmill made: its marker, or `_work/key.json` (runs from before the markers)."""
+    """A stage folder tokenmill made: its marker, or `_work/key.json` (runs from before the markers); never a symlink,
+    which leads to a folder elsewhere (another run's, written then without its lock)."""
+    if is_link(fs, stage_dir):
+        return False
     return storage.exists(fs, storage.join(stage_dir, STAGE_MARKER)) or storage.exists(fs, storage.join(stage_dir, LEGACY_KEY))
 
 
 def foreign_stage(fs: pafs.FileSystem, stage_dir: str) -> bool:
-    """A folder with a stage's name that tokenmill did not make and that holds something: never written or moved."""
+    """A folder with a stage's name that tokenmill did not make and that holds something, or a symlink: never
+    written or moved."""
+    if is_link(fs, stage_dir):
+        return True
     if stage_is_ours(fs, stage_dir):
         return False
     return bool(fs.get_file_info(pafs.FileSelector(stage_dir, recursive=False, allow_not_found=True)))
@@ -325,19 +341,31 @@ def claim_stage(fs: pafs.FileSystem, stage_dir: str) -> None:
 
 
 def not_ours_message(folder: str) -> str:
+    if os.path.islink(folder):
+        return _link_message(folder)
     return (f"{folder} exists but tokenmill did not make it (no {STAGE_MARKER} marker and no {LEGACY_KEY}): tokenmill "
             f"never moves or deletes a folder it did not make. Move it out of the run folder, or choose another "
             f"`output`")
 
 
+def _link_message(path: str) -> str:
+    return (f"{path} is a symlink to {os.readlink(path)}: tokenmill writes, moves and deletes only folders inside "
+            f"the run folder, never through a link (it would change another folder, without its run's lock). "
+            f"Replace the link with a copy of the folder, or remove it")
+
+
 def _root_problem(fs: pafs.FileSystem, root: str) -> str | None:
-    """Why `root` cannot be a run folder, or None: a file, or a non-empty folder that is not a tokenmill run."""
+    """Why `root` cannot be a run folder, or None: a file, a non-empty folder that is not a tokenmill run, or a run
+    folder whose own folders (`_lock`, `_logs`, `_superseded`) are symlinks."""
     info = fs.get_file_info(root)
     if info.type == pafs.FileType.NotFound:
         return None
     if info.type != pafs.FileType.Directory:
         return f"{root} exists and is not a folder; `output` names the run folder tokenmill writes: choose a new path"
     entries = fs.get_file_info(pafs.FileSelector(root, recursive=False))
+    linked = [e.path for e in entries if e.base_name in (LOCK_DIR, LOGS_DIR, SUPERSEDED) and is_link(fs, e.path)]
+    if linked:
+        return _link_message(linked[0])
     if not entries or storage.exists(fs, storage.join(root, ROOT_MARKER)):
         return None
     if all(e.base_name in OWN_ROOT_ENTRIES for e in entries):
@@ -373,89 +401,150 @@ def hold(fs: pafs.FileSystem, root: str) -> Iterator[RunLock]:
 # ---------------------------------------------------------------- checks at validation
 
 
-def _glob_match(pattern: list[str], path: list[str]) -> bool:
-    """Whether `glob.glob(..., recursive=True)` semantics let the pattern components match the path components."""
-    if not pattern:
-        return not path
-    head = pattern[0]
-    if head == "**":
-        return any(_glob_match(pattern[1:], path[i:]) for i in range(len(path) + 1))
-    if not path or (path[0].startswith(".") and not head.startswith(".")):
-        return False
-    return fnmatch.fnmatchcase(path[0], head) and _glob_match(pattern[1:], path[1:])
+def root_entries() -> dict[str, bool]:
+    """Every name a run folder's root may hold, True for a folder: tokenmill's own entries, a folder per registered
+    stage (any of them may be configured later), and `tokenizer.json`, where `tokenmill tokenizer train` saves by
+    default. Below a folder any name may come, so a source pattern that reaches into one reads what the run writes."""
+    from tokenmill.pipeline.registry import stage_order
+    from tokenmill.tokenize.tokens_json import TOKENIZER_FILE
+
+    return {**{name: True for name in (LOCK_DIR, LOGS_DIR, SUPERSEDED, *stage_order())},
+            ROOT_MARKER: False, TOKENIZER_FILE: False}
+
+
+def _broken_link(path: Path) -> str | None:
+    """Why `path` cannot be created: it, or a folder above it, is a symlink that leads to nothing (else None)."""
+    for p in [path, *path.parents]:
+        if p.is_symlink() and not p.exists():
+            what = str(p) if p == path else f"{p}, a folder above it,"
+            return (f"{what} is a symlink to {os.readlink(p)}, which does not exist (or is a symlink loop): create "
+                    f"the folder it points to, or point `output` at a folder")
+    return None
+
+
+def _examples(config: "RunConfig", out: str, shard: str | None) -> list[str]:
+    """Paths (below `out`) of files a run of this config writes, for the message naming a pattern that reaches
+    them: a shard as the run names it (from a file the pattern matches now), then the files of every stage."""
+    from tokenmill.pipeline.manifest import MANIFEST
+    from tokenmill.pipeline.map_phase import dropped_path, shard_path
+    from tokenmill.pipeline.registry import source_stage
+
+    stages = [source_stage().name, *(name for name, _ in config.stages.configured())]
+    names = [shard] if shard else []
+    files = [f"{stage}/{p(n)}" for stage in stages for n in names for p in (shard_path, dropped_path)]
+    files += [f"{stage}/{name}" for stage in stages for name in (MANIFEST, KEY_FILE, STAGE_MARKER)]
+    files += [f"{SUPERSEDED}/20260101T000000000000Z/{f}" for f in files]
+    files += [f"{LOGS_DIR}/20260101T000000-{stages[0]}-0a1b2c.json", ROOT_MARKER, f"{LOCK_DIR}/00000001.json"]
+    return [f"{out.rstrip('/')}/{f}" for f in files]
+
+
+def _reach_problem(key: str, pattern: str, out: str, examples: list[str], matches) -> str:
+    """The validation line for a source pattern that reaches into the output folder (or prefix, on a store)."""
+    example = next((e for e in examples if matches(e)), None)
+    where = f"its output {out}" if uris.is_remote(out) else f"its output folder {out}"
+    kind = "prefixes" if uris.is_remote(out) else "folders"
+    return (f"  {key}: {uris.display_uri(pattern)!r} would match files the run writes under {uris.display_uri(where)}"
+            f"{f' (e.g. {example})' if example else ''}: each run would read its own output again. Put `output` "
+            f"outside the sources' {kind}, or narrow the pattern")
 
 
 def _remote_output_problems(config: "RunConfig", location: str) -> list[str]:
-    """A source URI pattern that would match files the run writes under an object-store output (validation lines)."""
-    out = location.rstrip("/")
-    written = [f"{out}/{w}" for w in _written_paths(config)]
+    """A source URI pattern of the output's store that can reach into the run folder (validation lines)."""
+    scheme, out = uris.components(location)
+    entries = root_entries()
     problems = []
     for i, source in enumerate(config.sources):
         for j, pattern in enumerate(source.paths):
-            if not uris.is_remote(pattern):
-                continue
-            parts = pattern.split("/")
-            reaches = [w for w in written if uris.glob_match(parts, w.split("/"))]
-            if reaches:
-                problems.append(
-                    f"  sources[{i}].paths[{j}]: {pattern!r} would match files the run writes under its output "
-                    f"{out} (e.g. {reaches[0]}): each run would read its own output again. Put `output` outside the "
-                    f"sources' prefixes, or narrow the pattern")
+            if not uris.is_remote(pattern) or uris.uri_problem(pattern):
+                continue  # a local pattern reaches no object; a bad URI has its own error
+            pattern_scheme, parts = uris.components(pattern)
+            if pattern_scheme == scheme and uris.glob_reaches(parts, out, entries):
+                examples = _examples(config, location, None)
+                problems.append(_reach_problem(f"sources[{i}].paths[{j}]", pattern, location, examples,
+                                               lambda e: uris.glob_match(parts, uris.components(e)[1])))
     return problems
 
 
-def _written_paths(config: "RunConfig") -> list[str]:
-    """Files, relative to the run folder, of every kind a run writes: a pattern matching one would read its output."""
-    from tokenmill.pipeline.registry import stage_order
+def _real_pattern(full: str) -> list[str]:
+    """A local pattern's components with the folders before its first wildcard resolved to their real path
+    (symlinks followed), as glob follows them."""
+    from tokenmill.pipeline.patterns import pattern_base
 
-    names = [s.name for s in config.sources]
-    out = ["_logs/20260101T000000-ingest-abcdef.json"]
-    for stage in stage_order():
-        for prefix in ("", "_superseded/20260101T000000000000Z/"):
-            base = f"{prefix}{stage}"
-            out += [f"{base}/manifest.json", f"{base}/{LEGACY_KEY}", f"{base}/_work/commits/map/{names[0]}.00000.json",
-                    f"{base}/_work/docs/{names[0]}.00000.parquet"]
-            out += [f"{base}/{folder}/{n}.00000.parquet" for n in names for folder in ("shards", "dropped")]
-    out += ["tokenize/tokens.json", "tokenize/tokenizer.json", "tokenize/tokenizer_config.json",
-            "tokenize/special_tokens_map.json", "dedup/clusters.parquet", "decontaminate/hits.parquet"]
-    out += [f"tokenize/{split}/{n}.00000{ext}" for n in names for split in ("train", "valid")
-            for ext in (".bin", ".idx", ".docs.parquet")]
-    return out
+    base = pattern_base(full)
+    if str(base) == "." or not uris.is_glob(full):
+        return list(Path(os.path.realpath(full)).parts)
+    rest = Path(full).parts[len(base.parts):]
+    return [*Path(os.path.realpath(base)).parts, *rest]
 
 
-def output_problems(config: "RunConfig") -> list[str]:
+def output_problems(config: "RunConfig", listed: "dict[str, Any] | None" = None) -> list[str]:
     """Problems of `output` that stop a run before any work (validation lines, key first).
 
-    The output must not be an existing file, nor a non-empty folder that is not a tokenmill run; no source pattern
-    may match a file under it, now or once the run has written there (the run would ingest its own output).
+    The output must not be an existing file, a symlink to nothing, nor a non-empty folder that is not a tokenmill
+    run; no source pattern may match a file under it, now or once the run has written there (the run would ingest
+    its own output). Paths are compared as real paths: an output reached through a symlink is the folder it leads
+    to. `listed`: each pattern's matches as `config.check_paths` listed them (else listed here).
     """
     location = config.output_location
-    if "://" in location and not location.startswith("file://"):
-        # An object store: its folder is checked when the run opens it; here, only whether a source URI pattern
-        # would match what the run writes there (listing the output too would cost a request per thousand objects).
-        return _remote_output_problems(config, location)
-    out = Path(os.path.abspath(location.removeprefix("file://")))
+    if uris.is_remote(location):
+        # An object store: its folder is checked when the run opens it; here, only the URI and whether a source
+        # URI pattern can reach into it (listing the output too would cost a request per thousand objects).
+        problem = uris.uri_problem(location)
+        return [f"  output: {problem}"] if problem else _remote_output_problems(config, location)
+    given = Path(os.path.abspath(uris.local_part(location)))
+    broken = _broken_link(given)
+    if broken:
+        return [f"  output: {broken}"]
+    out = Path(os.path.realpath(given))
+    shown = f"{out}" + (f" (where {given} leads)" if out != given else "")
     problems = []
     problem = _root_problem(pafs.LocalFileSystem(), str(out))
     if problem:
-        problems.append(f"  output: {problem}")
-    written = _written_paths(config)
-    # What is under the output now, without following symlinks (a source tree may hold a symlink loop; check_paths
-    # reports it): each file matched against the patterns as glob would, so nothing is globbed twice.
-    existing = sorted(os.path.join(folder, name) for folder, _, names in os.walk(out) for name in names)
+        problems.append(f"  output: {problem}" + (f" ({given} leads there)" if out != given else ""))
+    entries = root_entries()
     for i, source in enumerate(config.sources):
         for j, pattern in enumerate(source.paths):
             if uris.is_remote(pattern):
                 continue  # an object-store pattern reaches no local folder
-            full = os.path.abspath(config.resolve(uris.local_part(pattern)))
-            parts = Path(full).parts
-            inside = [f for f in existing if _glob_match(list(parts), list(Path(f).parts))]
-            reaches = [w for w in written if _glob_match(list(parts), list((out / w).parts))]
-            if inside or reaches:
-                example = inside[0] if inside else str(out / reaches[0])
-                what = "matches files under" if inside else "would match files the run writes under"
-                problems.append(
-                    f"  sources[{i}].paths[{j}]: {pattern!r} {what} its output folder {out} (e.g. {example}): each "
-                    f"run would read its own output again. Put `output` outside the sources' folders, or narrow the "
-                    f"pattern")
+            key = f"sources[{i}].paths[{j}]"
+            parts = _real_pattern(str(config.resolve(uris.local_part(pattern))))
+            matched = _matches(config, pattern, listed)
+            # A file matched now that lies in the output folder, however the pattern reached it (a symlinked folder
+            # on its way): the run would read it back.
+            inside = next((f for f in matched if Path(os.path.realpath(f)).is_relative_to(out)), None)
+            if inside is not None:
+                problems.append(f"  {key}: {pattern!r} matches files under its output folder {shown} (e.g. {inside}): "
+                                f"each run would read its own output again. Put `output` outside the sources' "
+                                f"folders, or narrow the pattern")
+            elif uris.glob_reaches(parts, list(out.parts), entries):
+                shard = _first_shard(config, source, listed, matched)
+                problems.append(_reach_problem(key, pattern, shown, _examples(config, str(out), shard),
+                                               lambda e: uris.glob_match(parts, list(Path(e).parts))))
     return problems
+
+
+def _matches(config: "RunConfig", pattern: str, listed: "dict[str, Any] | None") -> list:
+    """The files a local pattern matches (as listed by validation, or listed now); none when it is unsafe to list."""
+    if listed is not None and pattern in listed:
+        return list(listed[pattern])
+    from tokenmill.pipeline.patterns import expand_pattern, pattern_problems
+
+    return [] if pattern_problems(config, pattern) else expand_pattern(config, pattern)
+
+
+def _first_shard(config: "RunConfig", source, listed: "dict[str, Any] | None", matched: list) -> str | None:
+    """The name the run gives the first shard of the first file a pattern of `source` matches now (`matched`, else
+    the source's first file), by `SourceStage.first_shard`; None for objects or when nothing is listed."""
+    from tokenmill.pipeline.patterns import source_files
+    from tokenmill.pipeline.registry import source_stage
+
+    if any(uris.is_remote(p) for p in source.paths):
+        return None
+    try:
+        root, files = source_files(config, source, listed)
+    except (OSError, ValueError):
+        return None
+    first = Path(matched[0]).resolve() if matched else (Path(files[0]) if files else None)
+    if first is None or not isinstance(root, Path) or not first.is_relative_to(root):
+        return None
+    return source_stage().first_shard(source.name, first.relative_to(root).as_posix())

@@ -13,6 +13,8 @@ import pyarrow.fs as pafs
 
 from tokenmill.errors import ConfigError, ManifestError, TokenmillError
 from tokenmill.pipeline.manifest import (
+    DROPPED,
+    SHARDS,
     build_content,
     build_run_info,
     check_conservation,
@@ -338,7 +340,7 @@ def _remove_leftovers(fs, stage_dir: str, records: dict[str, dict]) -> None:
         if info.type == pafs.FileType.File and info.path.endswith(".tmp"):
             fs.delete_file(info.path)
     committed = {storage.join(stage_dir, f["path"]) for r in records.values() for f in r["files"]}
-    for folder in ("shards", "dropped"):
+    for folder in (SHARDS, DROPPED):
         for path in storage.list_files(fs, storage.join(stage_dir, folder)):
             if path not in committed:
                 fs.delete_file(path)
@@ -349,5 +351,5 @@ def _log_record(fs, root: str, report: StageReport) -> None:
     record = {"event": "stage_run", "time": time.time(), **report.__dict__}
     log.info(canonical_json(record))
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    storage.write_bytes(fs, storage.join(root, "_logs", f"{stamp}-{report.stage}-{uuid.uuid4().hex[:6]}.json"),
+    storage.write_bytes(fs, storage.join(root, runfolder.LOGS_DIR, f"{stamp}-{report.stage}-{uuid.uuid4().hex[:6]}.json"),
                         (canonical_json(record) + "\n").encode())

@@ -7,11 +7,16 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from tokenmill.pipeline import uris
+
 
 def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and in-filesystem path of a local path or URI (s3://, gs://, file://)."""
+    """The filesystem and in-filesystem path of a local path or URI (s3://, gs://, file://).
+
+    Raises `uris.UriError` for a URI with credentials in it or without a bucket, naming it redacted: pyarrow would
+    take the credentials, and its errors quote the URI whole."""
     if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
+        return pafs.FileSystem.from_uri(uris.check_uri(uri))
     return pafs.LocalFileSystem(), uri
 
 

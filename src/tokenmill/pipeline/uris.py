@@ -16,11 +16,12 @@ import os
 import posixpath
 import re
 from pathlib import PurePath
-from typing import BinaryIO
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, BinaryIO, Mapping
 
 from tokenmill.errors import TokenmillError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 SCHEMES = ("s3://", "gs://")
 """Object stores a source may be on (besides local paths and `file://`): those pyarrow.fs reaches by bucket."""
@@ -41,6 +42,11 @@ class ObjectUnreadable(TokenmillError):
     Deliberately not an OSError: readers take an OSError while reading for damage in the file and drop the rest of
     it as `read_error`. A store's failure is not the data's: the task fails (and Ray retries it), so a network blip
     never changes what a run outputs."""
+
+
+def is_glob(path: str | os.PathLike) -> bool:
+    """A path or URI with a wildcard (`*`, `?`, `[`) that glob expands."""
+    return _MAGIC.search(str(path)) is not None
 
 
 def is_uri(path: str | os.PathLike) -> bool:
@@ -65,12 +71,55 @@ def _split(uri: str) -> tuple[str, str]:
     return f"{scheme}://", rest
 
 
-def _known(uri: str) -> str:
-    """`uri`, if its scheme is one tokenmill reads sources from; else ValueError naming it."""
-    if _split(uri)[0] not in SCHEMES:
-        raise ValueError(f"{uri}: tokenmill reads sources from local paths, file://, {' and '.join(SCHEMES)}, "
-                         f"not {_split(uri)[0]}")
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/@\s'\"]*|[^/@\s'\":]*:[^@\s'\"]*)@")
+"""`scheme://user:password@` in a URI, or in any text holding one (a message, a library's error). The password may
+hold a `/` (AWS secret keys do); an object key with an `@` (`s3://bkt/a@2x.png`) is no user."""
+
+
+def display_uri(text: str | os.PathLike) -> str:
+    """A URI, or any text holding URIs, as it may be shown or logged: the credentials a URI carries
+    (`s3://KEY:SECRET@bucket/...`) replaced by `***`. Every message that names a URI formats it through this."""
+    return _USERINFO.sub(r"\1***@", str(text))
+
+
+class UriError(TokenmillError, ValueError):
+    """A URI tokenmill will not use: credentials in it, or no bucket named."""
+
+
+def uri_problem(uri: str) -> str | None:
+    """Why an object-store URI cannot be used (shown with its credentials redacted), or None.
+
+    Credentials in a URI are refused, not used: a URI is written into manifests, logs and messages; the store's
+    credentials come from the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a role). A URI
+    must name its bucket: `s3:///x` names none (pyarrow would take `x` for it)."""
+    if not is_remote(uri):
+        return None
+    scheme, rest = _split(uri)
+    authority = rest.split("/", 1)[0]
+    if "@" in authority or (":" in authority and "@" in rest):  # a secret key may hold a `/`
+        return (f"{display_uri(uri)}: credentials in a URI are refused (a URI is written into manifests, logs and "
+                f"messages); give the store's credentials in the environment (AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and write the URI as {scheme}BUCKET/KEY")
+    if scheme in SCHEMES and not authority:
+        return f"{display_uri(uri)}: names no bucket; write it as {scheme}BUCKET/KEY"
+    return None
+
+
+def check_uri(uri: str) -> str:
+    """`uri`, unless `uri_problem` finds something: then UriError with that message."""
+    problem = uri_problem(uri)
+    if problem:
+        raise UriError(problem)
     return uri
+
+
+def _known(uri: str) -> str:
+    """`uri`, if its scheme is one tokenmill reads sources from and it names a bucket without credentials; else
+    ValueError naming it (redacted)."""
+    if _split(uri)[0] not in SCHEMES:
+        raise ValueError(f"{display_uri(uri)}: tokenmill reads sources from local paths, file://, "
+                         f"{' and '.join(SCHEMES)}, not {_split(uri)[0]}")
+    return check_uri(uri)
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -78,16 +127,17 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 
     The filesystem is made from the bucket alone, so a key need not parse as a URI (spaces, `[`, `%`). Raises
     ValueError for a scheme tokenmill does not read sources from."""
+    import pyarrow.fs as pafs  # here, not at the top: `display_uri` serves the CLI where pyarrow may be absent
+
     scheme, rest = _split(_known(uri))
     bucket = rest.split("/", 1)[0]
-    if not bucket:
-        raise ValueError(f"{uri}: names no bucket")
     fs, _ = pafs.FileSystem.from_uri(f"{scheme}{bucket}")
     return fs, rest.rstrip("/")
 
 
 def _unreachable(uri: str, err: OSError) -> SourceListingError:
-    return SourceListingError(f"{uri}: the object store did not answer ({' '.join(str(err).split())[:300]}); "
+    return SourceListingError(f"{display_uri(uri)}: the object store did not answer "
+                              f"({display_uri(' '.join(str(err).split()))[:300]}); "
                               f"check the endpoint (AWS_ENDPOINT_URL), the credentials and the network")
 
 
@@ -108,11 +158,14 @@ def _stamp(info: pafs.FileInfo) -> tuple[int, int]:
 def list_objects(pattern: str) -> dict[str, tuple[int, int]]:
     """`glob_remote`'s objects, sorted, each with its (size, mtime in ns) from the listing itself: one request per
     thousand objects rather than one per object."""
+    import pyarrow.fs as pafs
+
     scheme, rest = _split(_known(pattern))
     parts = [p for p in rest.split("/") if p]
-    if parts and _MAGIC.search(parts[0]):
-        raise ValueError(f"{pattern}: a wildcard in the bucket name {parts[0]!r}; name the bucket, glob below it")
-    fs, _ = filesystem(f"{scheme}{parts[0] if parts else ''}")
+    if _MAGIC.search(parts[0]):
+        raise ValueError(f"{display_uri(pattern)}: a wildcard in the bucket name {parts[0]!r}; name the bucket, glob "
+                         f"below it")
+    fs, _ = filesystem(f"{scheme}{parts[0]}")
     fixed = next((i for i, p in enumerate(parts) if _MAGIC.search(p)), None)
     try:
         if fixed is None:  # one object named outright
@@ -148,6 +201,37 @@ def glob_match(pattern: list[str], path: list[str]) -> bool:
     if not path or (path[0].startswith(".") and not head.startswith(".")):
         return False
     return fnmatch.fnmatchcase(path[0], head) and glob_match(pattern[1:], path[1:])
+
+
+def glob_reaches(pattern: list[str], folder: list[str], entries: Mapping[str, bool] | None = None) -> bool:
+    """Whether the pattern's components can match, as `glob_match` does, a file below the folder's components
+    whatever its name and depth. `entries`: the only names the folder itself may hold, each True for a folder
+    (below which any name may come) or False for a file; None: any name. A run folder holds only tokenmill's names,
+    and below them only what the run writes."""
+    if not folder:
+        if entries is None:
+            return bool(pattern)  # any component left matches some name below (`**` too: it lists files)
+        return any(glob_reaches(pattern, [name]) if is_folder else glob_match(pattern, [name])
+                   for name, is_folder in entries.items())
+    if not pattern:
+        return False
+    head = pattern[0]
+    if head == "**":
+        for i in range(len(folder)):
+            if glob_reaches(pattern[1:], folder[i:], entries):
+                return True
+            if folder[i].startswith("."):
+                return False  # glob's `**` never enters a dot folder
+        return glob_reaches(pattern, [], entries)  # `**` spans the whole folder and goes on below it
+    if folder[0].startswith(".") and not head.startswith("."):
+        return False
+    return fnmatch.fnmatchcase(folder[0], head) and glob_reaches(pattern[1:], folder[1:], entries)
+
+
+def components(uri: str) -> tuple[str, list[str]]:
+    """(`s3://`, [bucket, key components...]) of an object URI, empty components dropped as a listing drops them."""
+    scheme, rest = _split(uri)
+    return scheme, [p for p in rest.split("/") if p]
 
 
 def sort_key(file: str | os.PathLike) -> tuple[str, ...]:
@@ -189,13 +273,15 @@ def stat(uri: str) -> tuple[int, int]:
     pyarrow's FileInfo gives an object's size and mtime (S3's Last-Modified, whole seconds), not its ETag: the
     `mtime` stamp of an object is those two, as for a local file (`stamp: content` hashes its bytes). Raises
     FileNotFoundError when the object is gone, SourceListingError when the store cannot be reached."""
+    import pyarrow.fs as pafs
+
     fs, path = filesystem(uri)
     try:
         info = fs.get_file_info(path)
     except OSError as err:
         raise _unreachable(uri, err) from None
     if info.type != pafs.FileType.File:
-        raise FileNotFoundError(f"{uri}: no such object")
+        raise FileNotFoundError(f"{display_uri(uri)}: no such object")
     return _stamp(info)
 
 
@@ -216,8 +302,8 @@ class _ObjectRaw(io.RawIOBase):
         try:
             return self.file.readinto(buffer)
         except OSError as err:
-            raise ObjectUnreadable(f"{self.uri}: reading from the store failed near byte {self.file.tell()}: "
-                                   f"{' '.join(str(err).split())[:300]}") from None
+            raise ObjectUnreadable(f"{display_uri(self.uri)}: reading from the store failed near byte "
+                                   f"{self.file.tell()}: {display_uri(' '.join(str(err).split()))[:300]}") from None
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         return self.file.seek(offset, whence)
@@ -238,9 +324,10 @@ def open_object(uri: str) -> BinaryIO:
     try:
         file = fs.open_input_file(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{uri}: no such object") from None
+        raise FileNotFoundError(f"{display_uri(uri)}: no such object") from None
     except OSError as err:
-        raise ObjectUnreadable(f"{uri}: opening it failed: {' '.join(str(err).split())[:300]}") from None
+        raise ObjectUnreadable(f"{display_uri(uri)}: opening it failed: "
+                               f"{display_uri(' '.join(str(err).split()))[:300]}") from None
     return io.BufferedReader(_ObjectRaw(uri, file), READ_BUFFER)  # type: ignore[return-value]
 
 

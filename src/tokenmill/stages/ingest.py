@@ -66,6 +66,12 @@ class SourceFile:
         return f"{self.source}.{slug}.{digest}"
 
 
+def shard_name(task_key: str, part: int) -> str:
+    """The name of a read task's `part`-th shard (`books_en.books-00000.parquet.7e11a5ff.p00000`): the name every
+    later stage keeps for it (`map_phase.shard_path`)."""
+    return f"{task_key}.p{part:05d}"
+
+
 def list_source_files(config) -> list[SourceFile]:
     """Every input file of every source, in config order then path order. An object (a URI) is listed by its URI,
     its key below the source's root, and the size and mtime its store's listing gives (`uris.list_objects`)."""
@@ -175,7 +181,7 @@ class ReadSources(Phase):
         for part, pairs in enumerate(_parts(records(), stage.config.docs_per_shard, stage.config.max_shard_bytes,
                                             text=lambda pair: pair[1].text)):
             table, reasons = records_table(name, pairs)
-            entry = split_and_write(stage, ctx, f"{task.key}.p{part:05d}", name, table, reasons)
+            entry = split_and_write(stage, ctx, shard_name(task.key, part), name, table, reasons)
             read = list(dict.fromkeys(f.relpath for f, _ in pairs)) or [files[0].relpath]  # in listing order
             entry["input"] = read[0] if len(read) == 1 else f"{read[0]} .. {read[-1]} ({len(read)} files)"
             errors = [r.message for _, r in pairs if r.drop is not None]
@@ -225,6 +231,10 @@ class IngestStage(SourceStage):
     @classmethod
     def build(cls, config, run: RunContext) -> "IngestStage":
         return cls(config.ingest, run, list_source_files(config))
+
+    @classmethod
+    def first_shard(cls, source: str, relpath: str) -> str:
+        return shard_name(SourceFile(source, relpath, relpath, 0, 0).task_key, 0)
 
     def groups(self) -> list[list[int]]:
         """The files' indexes, one list per read task (`pack_files`)."""

@@ -320,8 +320,9 @@ def build(out: Path, full: bool, tiny: bool = False) -> Path:
              pattern="dir with spaces/*.jsonl")
 
     # --- config cases: each must stop before any work
-    def config_case(name: str, match: str, sources=None, stages=None, yaml_text: str | None = None) -> Path:
-        cfg = {"output": f"{name}/run", "sources": sources or [{"name": "s", "format": "jsonl", "paths": [f"{name}/data/*.jsonl"]}]}
+    def config_case(name: str, match: str, sources=None, stages=None, yaml_text: str | None = None,
+                    output: str = "run") -> Path:
+        cfg = {"output": f"{name}/{output}", "sources": sources or [{"name": "s", "format": "jsonl", "paths": [f"{name}/data/*.jsonl"]}]}
         if stages:
             cfg["stages"] = stages
         fields = {"yaml": yaml_text} if yaml_text is not None else {"config": cfg}
@@ -344,6 +345,18 @@ def build(out: Path, full: bool, tiny: bool = False) -> Path:
     (f / "secret").mkdir(exist_ok=True)
     (f / "secret" / "passwd.jsonl").write_bytes(jl({"text": "secret"}))
     os.symlink("../secret/passwd.jsonl", f / "data" / "evil.jsonl")
+    # The run folder and the object-store URIs (issue 31 items 5 and 11).
+    f = config_case("output_symlinked_into_source", "would match files the run writes under its output folder",
+                    sources=[{"name": "s", "format": "jsonl", "paths": ["output_symlinked_into_source/data/**/*.jsonl"]}],
+                    output="out")
+    (f / "data" / "runs").mkdir()
+    os.symlink("data/runs", f / "out")
+    f = config_case("output_dangling_symlink", "is a symlink to missing/run, which does not exist")
+    os.symlink("missing/run", f / "run")
+    config_case("uri_with_credentials", "credentials in a URI are refused",
+                sources=[{"name": "s", "format": "jsonl", "paths": ["s3://AKIAEXAMPLE:SECRET@bkt/x/*.jsonl"]}])
+    config_case("uri_without_bucket", "s3:///bkt/x/*.jsonl: names no bucket",
+                sources=[{"name": "s", "format": "jsonl", "paths": ["s3:///bkt/x/*.jsonl"]}])
     f = config_case("tokenizer_not_json", "is not a tokenizer.json",
                     stages={"tokenize": {"tokenizer": "tokenizer_not_json/tokenizer.json"}})
     (f / "tokenizer.json").write_bytes(b"\x00\x01 definitely not JSON \xff")
