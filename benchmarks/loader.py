@@ -35,8 +35,12 @@ def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int
     ``file_tokens`` (20M by default), documents of ~1,000 tokens each ending with the end-of-text id 0, both files'
     sha256 and the head's in tokens.json. Reused when present. benchmarks/streaming.py reads the same kind of data."""
     path = root / tokens_json.FILE
-    if path.exists() and all("head" in f or f["tokens"] * 2 <= tokens_json.HEAD_BYTES
-                             for f in tokens_json.read(path).files("train")):
+    try:
+        reuse = path.exists() and all("head" in f or f["tokens"] * 2 <= tokens_json.HEAD_BYTES
+                                      for f in tokens_json.read(path).files("train"))
+    except tokens_json.DataError:  # an older version's index ("sha256": "random") that tokens.json now refuses
+        reuse = False
+    if reuse:
         return path  # (written by an older version without heads: written again)
     rng = np.random.default_rng(seed)
     (root / "train").mkdir(parents=True, exist_ok=True)
@@ -64,7 +68,7 @@ def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int
                 entries[-1]["head"] = head
             left -= n
             part += 1
-    index = tokens_json.build({"file": "tokenizer.json", "sha256": "random", "vocab_size": 50257, "eos_id": 0},
+    index = tokens_json.build({"file": "tokenizer.json", "vocab_size": 50257, "eos_id": 0},
                               "uint16", {"train": entries})
     path.write_bytes(tokens_json.dumps(index))
     return path

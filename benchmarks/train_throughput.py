@@ -52,7 +52,7 @@ def write_tokens(root: Path, tokens: int, vocab: int) -> Path:
     (root / "train" / "web.0000.bin").write_bytes(data.tobytes())
     (root / "train" / "web.0000.idx").write_bytes(build_index(data.dtype, lengths))
     index = {"format": "megatron-mmidx", "version": 1, "dtype": str(data.dtype),
-             "tokenizer": {"file": "tokenizer.json", "sha256": "random", "vocab_size": vocab, "eos_id": 0},
+             "tokenizer": {"file": "tokenizer.json", "vocab_size": vocab, "eos_id": 0},
              "splits": {"train": {"documents": len(lengths), "tokens": tokens, "files": [
                  {"prefix": "train/web.0000", "documents": len(lengths), "tokens": tokens,
                   "by_source": {"web": {"documents": len(lengths), "tokens": tokens}},

@@ -20,9 +20,10 @@ def dataset(root: Path, files_per_source: int = 16) -> tuple[Path, int, int]:
     """Two sources in 2 x ``files_per_source`` token files (each about 1.4 KB with its .idx); (tokens.json, the
     bytes of the .bin and .idx files, the largest file's .bin + .idx)."""
     rng = np.random.default_rng(0)
-    # Heads of 64 bytes (32 tokens: a sample's 17 fit): the sample that runs into the next file reads its head.
+    # Heads of 64 bytes (32 tokens: a sample's 17 fit): the sample that runs into the next file reads its head. Every
+    # file's sha256 recorded, as the tokenize stage records them: each kind of file in the cache has one to check.
     path = write_dataset(root, {"alpha": labelled_docs(300, rng), "beta": labelled_docs(200, rng, base=1000)},
-                         files_per_source=files_per_source, head_bytes=64)
+                         files_per_source=files_per_source, head_bytes=64, every_sha256=True)
     sizes: dict[str, int] = {}
     for p in root.rglob("*"):
         if p.suffix in (".bin", ".idx"):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tokenmill.cli import main
-from tokenmill.loader import TokenLoader
+from tokenmill.loader import DataError, TokenLoader
 from tokenmill.loader.explain import explain, explain_batch, state_from
 from tests.loader.tokens import EOS, labelled_docs, write_dataset
 
@@ -71,3 +71,21 @@ def test_cli_explain_table(data, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "step 1 = global batch 1" in out
     assert all(r["source"] in out for r in explain_batch(loader, 1))
+
+
+def test_a_changed_sidecar_is_refused_not_reported(tmp_path):
+    """The ids attribution reports come from `.docs.parquet`: one rewritten with other ids (a valid file, its
+    sha256 no longer the recorded one) is refused naming it, not reported as the batch's documents."""
+    import pyarrow.parquet as pq
+
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(30, np.random.default_rng(4))}, files_per_source=1,
+                         every_sha256=True)
+    loader = TokenLoader([path], seq_len=SEQ, global_batch_size=4)
+    assert {r["id"].split("-")[0] for r in explain_batch(loader, 0)} == {"alpha"}
+    sidecar = tmp_path / "train" / "alpha.0000.docs.parquet"
+    table = pq.read_table(sidecar).to_pydict()
+    table["id"] = [f"someone-else-{i}" for i in range(len(table["id"]))]
+    pq.write_table(pq.read_table(sidecar).from_pydict(table, schema=pq.read_schema(sidecar)), sidecar)
+    again = TokenLoader([path], seq_len=SEQ, global_batch_size=4)
+    with pytest.raises(DataError, match=r"alpha\.0000\.docs\.parquet: sha256 .* differs from .* recorded in tokens"):
+        explain_batch(again, 0)

@@ -11,15 +11,19 @@ from tokenmill.tokenize import tokens_json
 from tokenmill.tokenize.indexed import IndexedWriter
 
 EOS = 0
+TOKENIZER_SHA256 = hashlib.sha256(b"no tokenizer file: ids only").hexdigest()
 
 
 def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_source: int = 2,
-                  split: str = "train", vocab_size: int = 65000, head_bytes: int | None = None) -> Path:
+                  split: str = "train", vocab_size: int = 65000, head_bytes: int | None = None,
+                  every_sha256: bool = False) -> Path:
     """Documents (token lists, without EOS) per source, spread over files; returns the tokens.json path.
 
     Every document gets the EOS id appended, as the tokenize stage writes them; a sidecar names each document
     ``<source>-<n>``. ``head_bytes``: each file's head recorded as the stage records it (`tokens_json.head_record`),
-    of that many bytes instead of the stage's `HEAD_BYTES` (these files are smaller).
+    of that many bytes instead of the stage's `HEAD_BYTES` (these files are smaller). ``every_sha256``: the ``.idx``
+    and ``.docs.parquet`` sha256 recorded too, as the stage records them (off: the verification tests count ``.bin``
+    hashes).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -49,6 +53,9 @@ def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_sou
             entries.append({"prefix": prefix, "documents": len(ids), "tokens": sum(lengths),
                             "by_source": {source: {"documents": len(ids), "tokens": sum(lengths)}},
                             "sha256": {".bin": hashlib.sha256(bin_path.read_bytes()).hexdigest()}})
+            if every_sha256:
+                for ext, p in ((".idx", idx_path), (".docs.parquet", Path(f"{root / prefix}.docs.parquet"))):
+                    entries[-1]["sha256"][ext] = hashlib.sha256(p.read_bytes()).hexdigest()
             head = None if head_bytes is None else tokens_json.head_record(bin_path.read_bytes(), head_bytes)
             if head is not None:
                 entries[-1]["head"] = head
@@ -56,7 +63,7 @@ def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_sou
     # A second call with another split adds it to the same index.
     splits = {sp: e["files"] for sp, e in tokens_json.read(path).splits.items()} if path.exists() else {}
     splits[split] = entries
-    index = tokens_json.build({"file": tokens_json.TOKENIZER_FILE, "sha256": "test", "vocab_size": vocab_size,
+    index = tokens_json.build({"file": tokens_json.TOKENIZER_FILE, "sha256": TOKENIZER_SHA256, "vocab_size": vocab_size,
                                "eos_id": EOS}, "uint16" if vocab_size <= 65536 else "int32", splits)
     path.write_bytes(tokens_json.dumps(index))  # as the tokenize stage writes it
     return path

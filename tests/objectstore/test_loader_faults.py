@@ -155,37 +155,63 @@ def test_a_loader_killed_mid_download_leaves_no_half_file(data, tmp_path):
     assert folder_bytes(cache) <= bound
 
 
-@pytest.mark.parametrize("which", ["object", "cache"])
-def test_a_lock_the_parent_holds_when_it_forks_stays_the_parents(tmp_path, which):
+@pytest.mark.parametrize("which", ["object", "cache", "marker"])
+def test_a_lock_the_parent_holds_when_it_forks_stays_the_parents(tmp_path, which, monkeypatch):
     """A DataLoader worker forked while a thread of the parent holds a lock (a prefetch downloading an object, a
-    reservation under cache.lock) gets the lock once the parent lets go: the child's copy of the descriptor must not
-    keep the lock alive (it did: the worker then waited forever in ``TokenCache.pin``)."""
-    import fcntl
-
-    from tokenmill.loader.cache import TokenCache, _flock
+    reservation under cache.lock, a file being hashed for its verified marker) gets the lock once the parent lets go:
+    the child's copy of the descriptor must not keep the lock alive (it did: the worker then waited forever in
+    ``TokenCache.pin``, or in ``verify_file`` for the marker of a file its parent was hashing)."""
+    from tokenmill.loader import verify
+    from tokenmill.loader.cache import TokenCache
+    from tokenmill.loader.locks import EXCLUSIVE, SHARED, flock
 
     cache = TokenCache(tmp_path / "cache", 1 << 20, store=None)
+    data = tmp_path / "x.bin"
+    data.write_bytes(b"tokens")
+    check = verify.Check(data, hashlib.sha256(b"tokens").hexdigest())
     if which == "object":
         held = cache._lock_file("x")
-        _flock(held, fcntl.LOCK_EX)
+        flock(held, EXCLUSIVE)
         let_go = held.close
-    else:
+    elif which == "cache":
         held = cache._cache_lock()
         held.__enter__()
         let_go = lambda: held.__exit__(None, None, None)  # noqa: E731
+    else:  # a thread of the parent inside verify_file, holding the marker's lock while it hashes
+        hashing, finish = threading.Event(), threading.Event()
+        real = verify.file_sha256
+
+        def slow(path):
+            hashing.set()
+            finish.wait(20)
+            return real(path)
+
+        monkeypatch.setattr(verify, "file_sha256", slow)
+        thread = threading.Thread(target=verify.verify_file, args=(check, tmp_path / "markers"))
+        thread.start()
+        hashing.wait(20)
+
+        def let_go():
+            # The child must open the marker's lock before the parent's thread removes it (then it waits on the
+            # parent's lock, which its own inherited copy kept alive): half a second to get there.
+            time.sleep(0.5)
+            finish.set()
+            thread.join()
     pid = os.fork()
-    if pid == 0:  # the worker: waits for the lock as pin (shared) or a reservation does, then exits
+    if pid == 0:  # the worker: waits for the lock as pin (shared), a reservation or verify_file does, then exits
         code = 1
         try:
             if which == "object":
                 with cache._lock_file("x") as mine:
-                    code = 0 if _flock(mine, fcntl.LOCK_SH) else 1
-            else:
+                    code = 0 if flock(mine, SHARED) else 1
+            elif which == "cache":
                 with cache._cache_lock():
                     code = 0
+            else:
+                code = 0 if verify.verify_file(check, tmp_path / "markers") is False else 1  # the parent's marker
         finally:
             os._exit(code)
-    let_go()  # the parent's download is done
+    let_go()  # the parent's download (or hash) is done
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -219,7 +245,7 @@ def test_a_process_that_finds_a_file_absent_never_waits_for_anothers_pin(tmp_pat
 
     data = b"tokens" * 1000
     for trial in range(12):
-        obj = CachedObject(f"s3://b/{trial}.bin", f"{trial:040d}.bin", hashlib.sha256(data).hexdigest(), len(data))
+        obj = CachedObject(f"s3://b/{trial}.bin", f"{trial:064d}.bin", hashlib.sha256(data).hexdigest(), len(data))
         caches = [TokenCache(tmp_path / "cache", 1 << 20, _SlowStore(data)) for _ in range(2)]
         start, done = threading.Barrier(2), []
 

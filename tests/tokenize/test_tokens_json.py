@@ -70,7 +70,28 @@ def _written(tmp_path, edit) -> str:
     (lambda i: i["splits"]["train"]["files"][0].update(head={"bytes": 0, "sha256": "ab"}),
      "splits.train.files[0].head.bytes"),
     (lambda i: i["splits"]["train"]["files"][0].update(head={"bytes": 64}), "splits.train.files[0].head.sha256"),
+    (lambda i: i["splits"]["train"]["files"][0].update(head={"bytes": 63, "sha256": "ab" * 32}),
+     "splits.train.files[0].head.bytes"),  # not a whole number of uint16 tokens
     (lambda i: i["splits"]["train"]["files"][0].update(head=[64]), "splits.train.files[0].head"),
+    # Hashes name the streaming cache's files and names are joined to folders: neither may lead anywhere else.
+    (lambda i: i["splits"]["train"]["files"][0]["sha256"].update({".bin": "../../X"}),
+     "splits.train.files[0].sha256..bin"),
+    (lambda i: i["splits"]["train"]["files"][0]["sha256"].update({".bin": "AB" * 32}),
+     "splits.train.files[0].sha256..bin"),
+    (lambda i: i["splits"]["train"]["files"][0]["sha256"].update({".bin": "ab" * 31}),
+     "splits.train.files[0].sha256..bin"),
+    (lambda i: i["splits"]["train"]["files"][0]["sha256"].update({".exe": "ab" * 32}), "splits.train.files[0].sha256"),
+    (lambda i: i["splits"]["train"]["files"][0].update(head={"bytes": 64, "sha256": "ab" * 32 + "\n"}),
+     "splits.train.files[0].head.sha256"),
+    (lambda i: i["tokenizer"].update(sha256="test"), "tokenizer.sha256"),
+    (lambda i: i["tokenizer"].update(file="../tokenizer.json"), "tokenizer.file"),
+    (lambda i: i["tokenizer"].update(file="/etc/tokenizer.json"), "tokenizer.file"),
+    (lambda i: i["tokenizer"].update(file="."), "tokenizer.file"),
+    (lambda i: i["splits"]["train"]["files"][0].update(prefix="train//a.0000"), "splits.train.files[0].prefix"),
+    (lambda i: i["splits"]["train"]["files"][0].update(prefix="./train/a.0000"), "splits.train.files[0].prefix"),
+    (lambda i: i["splits"]["train"]["files"][0].update(prefix="C:\\train\\a"), "splits.train.files[0].prefix"),
+    (lambda i: i["splits"]["train"]["files"][0].update(prefix="train/a\x00.bin"), "splits.train.files[0].prefix"),
+    (lambda i: i["splits"]["train"]["files"][0].update(prefix="train/a?x=1#"), "splits.train.files[0].prefix"),
 ])
 def test_a_bad_key_is_named_with_the_file(tmp_path, edit, key):
     path = _written(tmp_path, edit)
@@ -116,3 +137,42 @@ def test_the_head_record_is_the_sha256_of_the_bins_first_bytes():
                                             "sha256": hashlib.sha256(raw[:tokens_json.HEAD_BYTES]).hexdigest()}
     assert tokens_json.head_record(raw[:tokens_json.HEAD_BYTES]) is None  # no longer than its head: fetched whole
     assert tokens_json.head_record(raw[:100], 64)["sha256"] == hashlib.sha256(raw[:64]).hexdigest()
+
+
+def test_a_symlink_leading_out_of_the_folder_is_refused(tmp_path):
+    """Names are relative (above), and a symlink inside the index's folder may not lead out of it either: a folder
+    or a file linked elsewhere is refused, naming the key and where it leads; links inside, or the whole folder
+    linked, are fine."""
+    root = tmp_path / "run" / "tokenize"
+    path = write_dataset(root, {"alpha": labelled_docs(6, np.random.default_rng(0))}, files_per_source=2)
+    assert tokens_json.read(path).files("train")  # as written
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    # One .bin linked to a file outside the folder.
+    bin_path = root / "train" / "alpha.0001.bin"
+    (outside / "alpha.0001.bin").write_bytes(bin_path.read_bytes())
+    bin_path.unlink()
+    bin_path.symlink_to(outside / "alpha.0001.bin")
+    with pytest.raises(DataError, match=rf"^{path}: splits\.train\.files\[1\]\.prefix: .*alpha\.0001\.bin resolves to "
+                                        rf"{outside}/alpha\.0001\.bin, outside the index's folder"):
+        tokens_json.read(path)
+    # Linked to a file inside it: fine.
+    (root / "store").mkdir()
+    (outside / "alpha.0001.bin").rename(root / "store" / "alpha.0001.bin")
+    bin_path.unlink()
+    bin_path.symlink_to(root / "store" / "alpha.0001.bin")
+    assert len(tokens_json.read(path).files("train")) == 2
+    # The tokenizer linked out, then the whole train folder moved out and linked back.
+    (root / "tokenizer.json").symlink_to(outside / "tokenizer.json")
+    with pytest.raises(DataError, match=rf"^{path}: tokenizer\.file: .* outside the index's folder"):
+        tokens_json.read(path)
+    (root / "tokenizer.json").unlink()
+    (root / "train").rename(outside / "train")
+    (root / "train").symlink_to(outside / "train")
+    with pytest.raises(DataError, match=rf"^{path}: splits\.train\.files\[0\]\.prefix: .* outside the index's folder"):
+        tokens_json.read(path)
+    # The whole folder linked from elsewhere: its files are inside it.
+    (root / "train").unlink()
+    (outside / "train").rename(root / "train")
+    (tmp_path / "link").symlink_to(root)
+    assert len(tokens_json.read(tmp_path / "link").files("train")) == 2

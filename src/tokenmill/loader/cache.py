@@ -1,9 +1,10 @@
 """A node-local folder of objects fetched from a store, bounded in bytes and shared by every loader of the node.
 
-Layout: ``<folder>/<name>`` complete objects (named by their recorded sha256: see ``remote.local_name``),
-``<folder>/<name>.<pid>.<thread>.tmp`` downloads in progress, ``<folder>/.locks/`` one empty lock file per object
-and ``cache.lock``. Everything that changes the folder's size, or renames in it, happens under ``cache.lock`` (``fcntl.flock``), so
-the bound holds for the whole node, whatever number of ranks and workers share the folder:
+Layout: ``<folder>/<name>`` complete objects (named by their recorded sha256: see ``remote.local_name`` and `NAME`),
+``<folder>/<name>.<pid>.<thread>.tmp`` downloads in progress, ``<folder>/.locks/`` one lock file per object (its
+mtime: when the object was last pinned) and ``cache.lock``. Everything that changes the folder's size, or renames in
+it, happens under ``cache.lock`` (``fcntl.flock``), so the bound holds for the whole node, whatever number of ranks
+and workers share the folder:
 
 - **Reserve, then download.** A download first takes room: under ``cache.lock`` it sums the folder from disk
   (no bookkeeping to drift or to lose in a crash), evicts until the object fits, and creates its temporary file at
@@ -12,30 +13,39 @@ the bound holds for the whole node, whatever number of ranks and workers share t
   ``.tmp`` (removed by the next reservation, once no process holds its lock), never a half file under the name.
 - **One download per object per node.** The downloader holds the object's lock exclusively; another rank wanting
   the object waits on the lock, then finds it present.
+- **Checked at every first pin.** A copy found in the folder is checked before a process reads it, as the local
+  loader checks its files (`verify.verify_file`): its sha256, or the node's marker of a check of that file with the
+  same size, mtime and ctime (a download leaves one: it was hashed as it was written). The check runs under the
+  shared lock, so nobody evicts the file meanwhile; a damaged copy (another size or sha256: a write, a truncation,
+  a disk fault) is removed under the exclusive lock and fetched again, counted and logged.
 - **Pins.** A loader reading an object holds its lock shared. Eviction takes a lock exclusively without waiting,
   so an object in use by any process of the node is never removed; among the others, the least recently used
-  goes first (mtime, touched at every pin), skipping the objects this process expects to read soon (its prefetch
-  window). A crashed process's pins vanish with it (the kernel drops its locks).
+  goes first (the mtime of its lock file, touched at every pin), skipping the objects this process expects to read
+  soon (its prefetch window). A crashed process's pins vanish with it (the kernel drops its locks).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
+import re
 import threading
 import time
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenmill.errors import ConfigError
-from tokenmill.tokenize.tokens_json import DataError
+from tokenmill.loader.locks import EXCLUSIVE, NOWAIT, SHARED, flock, open_lock
+from tokenmill.loader.verify import Check, HashMismatch, forget, mark_verified, verify_file
+from tokenmill.tokenize.tokens_json import SHA256, DataError
 
 log = logging.getLogger(__name__)
 
 LOCKS = ".locks"
+NAME = re.compile(r"(u?)([0-9a-f]{64})\.(bin|idx|head)")
+"""A cached object's file name (`remote.local_name`): its recorded sha256 (or ``u`` and a hash of its URI when none
+is recorded) and its kind. Nothing else is ever a name in the folder."""
 
 
 @dataclass(frozen=True)
@@ -52,54 +62,22 @@ class CachedObject:
     length: int | None = None
     """Only the object's first ``length`` bytes (a ``.bin``'s head: ``sha256`` is theirs)."""
 
-
-# Every lock file this process has open. A flock belongs to the open file description, which a forked child's copy
-# of the descriptor keeps alive: a lock the parent holds at the fork (a prefetch thread downloading, a reservation
-# under cache.lock, a pin) would outlive the parent's release for as long as the child runs, and block the child
-# itself (a DataLoader worker waiting forever in `pin`). So the child closes its copies at once: its own locks it
-# takes afresh, and the parent's stay the parent's. Unbuffered files, whose close takes no lock a thread of the
-# parent may have held at the fork.
-_OPEN_LOCKS: weakref.WeakSet = weakref.WeakSet()
-
-
-def _open_lock(path: Path):
-    f = open(path, "a+b", buffering=0)  # noqa: SIM115 - closed by the caller (or in a forked child)
-    _OPEN_LOCKS.add(f)
-    return f
-
-
-def _close_inherited_locks() -> None:
-    for f in list(_OPEN_LOCKS):
-        try:
-            f.close()
-        except OSError:
-            pass
-    _OPEN_LOCKS.clear()
-
-
-os.register_at_fork(after_in_child=_close_inherited_locks)
-
-
-def _flock(f, mode: int) -> bool:
-    import fcntl
-
-    try:
-        fcntl.flock(f.fileno(), mode)
-        return True
-    except BlockingIOError:
-        return False
-    except OSError as err:
-        if err.errno in (errno.EAGAIN, errno.EACCES):
-            return False
-        raise
+    def __post_init__(self):
+        # Names come from tokens.json's hashes, which tokens_json.validate checked; checked again where they become
+        # paths: a name with a folder in it would put a download, a lock or a read outside the cache folder.
+        if not NAME.fullmatch(self.name) or (self.sha256 and not SHA256.fullmatch(self.sha256)):
+            raise DataError(f"{self.uri}: {self.name!r:.100} (sha256 {self.sha256!r:.100}) is not the name of a file "
+                            "of the token cache: a sha256 in tokens.json must be 64 lowercase hex characters")
 
 
 class TokenCache:
     """The bounded cache folder, as one process uses it (its pins, window and counters are its own; a forked
-    worker starts with none)."""
+    worker starts with none). ``markers``: the folder of the node's verified-file markers (`verify.cache_dir`; None:
+    a copy found in the folder is hashed at each first pin)."""
 
-    def __init__(self, folder: Path, limit: int, store, timeout: float = 120.0):
+    def __init__(self, folder: Path, limit: int, store, timeout: float = 120.0, markers: Path | None = None):
         self.folder, self.limit, self.store, self.timeout = Path(folder), int(limit), store, float(timeout)
+        self.markers = markers
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / LOCKS).mkdir(exist_ok=True)
         self._reset()
@@ -109,10 +87,10 @@ class TokenCache:
         self._mutex = threading.RLock()
         self._held: dict[str, list] = {}  # name -> [its lock file, held shared; pins of it not yet released]
         self.window: set[str] = set()  # names this process will read soon: never evicted by it
-        self.stats = {"bytes_fetched": 0, "files_fetched": 0, "cache_peak_bytes": 0, "evicted": 0}
+        self.stats = {"bytes_fetched": 0, "files_fetched": 0, "cache_peak_bytes": 0, "evicted": 0, "damaged": 0}
 
     def __getstate__(self):
-        return {k: self.__dict__[k] for k in ("folder", "limit", "store", "timeout")}
+        return {k: self.__dict__[k] for k in ("folder", "limit", "store", "timeout", "markers")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -125,15 +103,20 @@ class TokenCache:
     def path(self, obj: CachedObject) -> Path:
         return self.folder / obj.name
 
+    def _lock_path(self, name: str) -> Path:
+        return self.folder / LOCKS / f"{name}.lock"
+
     def _lock_file(self, name: str):
-        return _open_lock(self.folder / LOCKS / f"{name}.lock")  # held while pinned
+        return open_lock(self._lock_path(name))  # held while pinned
 
     # -- pins ----------------------------------------------------------------------------------------------------
 
     def pin(self, obj: CachedObject) -> Path:
-        """The object's local path, fetched first when absent; it stays on disk until ``release``."""
-        import fcntl
-
+        """The object's local path, checked, fetched first when absent or damaged; it stays on disk until
+        ``release``. A copy already in the folder is checked as the local loader checks its files
+        (`verify.verify_file`: its sha256, or the node's marker of a check of the file with the same size, mtime
+        and ctime); a damaged one (another size, another sha256) is removed and fetched again, counted
+        (``damaged``) and logged."""
         self._mine()
         path = self.path(obj)
         with self._mutex:
@@ -142,28 +125,83 @@ class TokenCache:
                 held[1] += 1
                 return path
         lock = self._lock_file(obj.name)
+        damaged = None  # the metadata of the copy this process found damaged: not hashed again while it stays
+        deadline = None
         try:
             while True:
-                _flock(lock, fcntl.LOCK_SH)  # waits only while another process downloads it (exclusive)
-                if path.is_file():
-                    os.utime(path)  # recently used: the last to be evicted
+                flock(lock, SHARED)  # waits only while another process downloads it or removes it (exclusive)
+                # Checked under the shared lock: no process evicts or removes it meanwhile.
+                found = self._check(obj, path, damaged)
+                if found is True:
+                    os.utime(self._lock_path(obj.name))  # recently used (the object's own times are its marker's)
                     with self._mutex:
                         self._held[obj.name] = [lock, 1]
                     return path
-                # Absent: fetch it, if no other process is looking at it too. Never a blocking wait for the
-                # exclusive lock: another process that found it absent at the same moment may fetch it and then
+                if found is None:
+                    deadline = None  # absent (another process removed it): fetched, as any absent object
+                elif found != damaged:
+                    deadline = time.monotonic() + self.timeout  # how long another process may keep it from us
+                damaged = found
+                # Absent or damaged: fetch it, if no other process is looking at it too. Never a blocking wait for
+                # the exclusive lock: another process that found it absent at the same moment may fetch it and then
                 # hold it pinned (shared) for as long as it reads it, and a DataLoader worker waiting here would
                 # wait for that pin, while the process holding it waits for this worker's batch (seen: two workers
                 # stuck for good).
-                if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
-                    if not path.is_file():
+                if flock(lock, EXCLUSIVE | NOWAIT):
+                    found = self._check(obj, path, damaged)  # another process may have replaced it meanwhile
+                    if found is not True:
+                        if found is not None:
+                            self._discard(obj, path)
                         self._download(obj, wait=True)
+                        damaged = deadline = None
+                elif deadline is not None and time.monotonic() > deadline:
+                    raise DataError(f"{path}: the cached copy of {obj.uri} is damaged and another process of this "
+                                    f"node has kept it in use for {self.timeout:g} s, so it cannot be replaced; stop "
+                                    "the loaders of this node and remove the file")
                 else:
                     time.sleep(0.01)  # another process fetches it (then shared waits for it) or has it already
                 # Back to shared and look again: between the two an evictor may have taken it (then fetch again).
         except BaseException:
             lock.close()
             raise
+
+    def _check(self, obj: CachedObject, path: Path, damaged):
+        """Under the object's lock: True when the copy at ``path`` is intact (or has no recorded sha256 to check),
+        None when absent, else its metadata (damaged: logged once per process)."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if key == damaged:
+            return key
+        want = obj.length if obj.length is not None else obj.size
+        if want is not None and st.st_size != want:
+            problem = f"{st.st_size} bytes where tokens.json implies {want}"
+        elif not obj.sha256:
+            return True  # nothing recorded to check it by (the loader warns of such files)
+        else:
+            try:
+                verify_file(Check(path, obj.sha256), self.markers)
+                return True
+            except HashMismatch as err:
+                problem = f"sha256 {err.digest[:16]}… where tokens.json records {obj.sha256[:16]}…"
+            except DataError as err:  # unreadable (an I/O error): fetched again as well
+                problem = str(err)
+        log.warning("%s: the cached copy of %s is damaged (%s): removing it and fetching it again", path, obj.uri,
+                    problem)
+        return key
+
+    def _discard(self, obj: CachedObject, path: Path) -> None:
+        """With the object's lock held exclusively: remove its damaged copy (under the cache lock, as any name
+        leaving the folder)."""
+        with self._cache_lock():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return
+        with self._mutex:
+            self.stats["damaged"] += 1
 
     def release(self, name: str) -> None:
         """One pin of ``name`` let go; its last drops the shared lock: evictable again."""
@@ -186,15 +224,13 @@ class TokenCache:
 
     def prefetch(self, obj: CachedObject, cancelled=None) -> None:
         """Fetch the object if absent and there is room without waiting; never pins it. Another process already
-        fetching it, or a full cache, leaves it to the reader."""
-        import fcntl
-
+        fetching it, or a full cache, leaves it to the reader (as does a copy present: the reader's pin checks it)."""
         self._mine()
         path = self.path(obj)
         if path.is_file():
             return
         with self._lock_file(obj.name) as lock:
-            if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB) and not path.is_file():
+            if flock(lock, EXCLUSIVE | NOWAIT) and not path.is_file():
                 self._download(obj, wait=False, cancelled=cancelled)
 
     # -- fetch ---------------------------------------------------------------------------------------------------
@@ -231,6 +267,8 @@ class TokenCache:
                 with self._cache_lock():
                     # Under the cache lock: a sum of the folder must never see the name between two states.
                     os.replace(tmp, self.path(obj))
+                if obj.sha256:  # hashed as it was written, and nobody else can write it yet: a pin need not rehash
+                    mark_verified(Check(self.path(obj), obj.sha256), self.markers)
                 with self._mutex:
                     self.stats["bytes_fetched"] += size
                     self.stats["files_fetched"] += 1
@@ -272,17 +310,13 @@ class TokenCache:
     @contextmanager
     def _cache_lock(self):
         """The node-wide lock under which the folder's size changes (and names move)."""
-        import fcntl
-
-        with _open_lock(self.folder / LOCKS / "cache.lock") as lock:
-            _flock(lock, fcntl.LOCK_EX)
+        with open_lock(self.folder / LOCKS / "cache.lock") as lock:
+            flock(lock, EXCLUSIVE)
             yield
 
     def _make_room(self, size: int) -> int:
         """Under the cache lock: remove stale downloads, evict least recently used objects nobody holds until
         ``size`` more bytes fit (or nothing more can go); the bytes the folder then holds."""
-        import fcntl
-
         entries, used = [], 0
         for entry in os.scandir(self.folder):
             if not entry.is_file(follow_symlinks=False):
@@ -294,11 +328,11 @@ class TokenCache:
             if entry.name.endswith(".tmp"):
                 name = entry.name.rsplit(".", 3)[0]  # <name>.<pid>.<thread>.tmp
                 with self._lock_file(name) as lock:
-                    if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):  # nobody downloads it: left by a killed process
+                    if flock(lock, EXCLUSIVE | NOWAIT):  # nobody downloads it: left by a killed process
                         os.unlink(entry.path)
                         continue
             else:
-                entries.append((st.st_mtime_ns, entry.name, st.st_size))
+                entries.append((entry.name, st))
             used += st.st_size
         if used + size <= self.limit:
             return used
@@ -306,7 +340,8 @@ class TokenCache:
             held, window = set(self._held), set(self.window)
         # First what nobody expects to read soon; then, if that is not enough, this process's own window (files
         # read soon can be fetched again; the file needed now cannot wait).
-        entries.sort()  # least recently used first
+        # Least recently used first (a stat of each lock, made only when something must go).
+        entries = sorted((self._last_used(name, st), name, st.st_size) for name, st in entries)
         for spare in (held | window, held):
             for _, name, nbytes in entries:
                 if used + size <= self.limit:
@@ -314,7 +349,10 @@ class TokenCache:
                 if name in spare or not (self.folder / name).exists():
                     continue
                 with self._lock_file(name) as lock:
-                    if _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):  # no process holds it
+                    if flock(lock, EXCLUSIVE | NOWAIT):  # no process holds it
+                        named = NAME.fullmatch(name)
+                        if named and not named.group(1):  # its marker goes with it (they would pile up)
+                            forget(Check(self.folder / name, named.group(2)), self.markers)
                         try:
                             os.unlink(self.folder / name)
                         except FileNotFoundError:
@@ -323,6 +361,14 @@ class TokenCache:
                         with self._mutex:
                             self.stats["evicted"] += 1
         return used
+
+    def _last_used(self, name: str, st: os.stat_result) -> int:
+        """When the object was last pinned: its lock file's mtime, touched at every pin (touching the object itself
+        would move its ctime, and so invalidate its verified marker); the object's mtime if it has no lock file."""
+        try:
+            return os.stat(self._lock_path(name)).st_mtime_ns
+        except FileNotFoundError:
+            return st.st_mtime_ns
 
     def disk_bytes(self) -> int:
         """What the folder holds now (complete objects and downloads in progress). Read without the cache lock, so a

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 from tokenmill.loader.batches import served_batch
 from tokenmill.loader.loader import TokenLoader
+from tokenmill.loader.state import MAX_SAMPLES, check_state_shape
+from tokenmill.tokenize.tokens_json import DataError
 
 
 def state_from(path: str | Path) -> dict[str, Any]:
@@ -41,6 +43,7 @@ def state_from(path: str | Path) -> dict[str, Any]:
 def loader_from_state(state: dict[str, Any], paths: Sequence[str] | None = None,
                       weights: dict[str, float] | None = None) -> TokenLoader:
     """A loader (rank 0 of the state's world) positioned as the state says; the data must match its fingerprint."""
+    check_state_shape(state)  # before any of it builds a loader: the state may come from someone else
     slots = state["weights"]["slots"]
     loader = TokenLoader(list(paths or state["datasets"]), seq_len=state["seq_len"],
                          global_batch_size=state["global_batch_size"], micro_batch_size=state["micro_batch_size"],
@@ -70,10 +73,32 @@ class _Previews:
         return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def explain_batch(loader: TokenLoader, batch: int, preview_chars: int = 80) -> list[dict[str, Any]]:
-    """One row per (sample, document) of global batch ``batch``: who, where, and which tokens of it."""
+def _sidecar(stream, f) -> dict[str, list]:
+    """A token file's ``.docs.parquet`` columns, read whole and checked against the sha256 `tokens.json` records
+    (the ids it names are what attribution reports: a changed sidecar would name other documents)."""
+    import hashlib
+
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    name = f"{f.prefix}.docs.parquet"
+    try:
+        if stream.fetcher is not None:  # a remote stream: through its store, with its retries and deadline
+            raw = stream.fetcher.cache.store.read_bytes(name)
+        else:
+            raw = Path(name).read_bytes()
+    except OSError as err:
+        raise DataError(f"{name}: cannot read it ({err.strerror or err}); tokens.json lists it") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if f.docs_sha256 and digest != f.docs_sha256:
+        raise DataError(f"{name}: sha256 {digest[:16]}… differs from {f.docs_sha256[:16]}… recorded in tokens.json: "
+                        "the file changed or is corrupt since the tokenize stage wrote it; restore it or rerun the "
+                        "tokenize stage")
+    return pq.read_table(pa.BufferReader(raw), columns=["id", "source", "subset", "tokens"]).to_pydict()
+
+
+def explain_batch(loader: TokenLoader, batch: int, preview_chars: int = 80) -> list[dict[str, Any]]:
+    """One row per (sample, document) of global batch ``batch``: who, where, and which tokens of it."""
     layout, g, seq_len = loader.layout, loader.global_batch_size, loader.seq_len
     where = loader.order.locate(list(range(batch * g, (batch + 1) * g)))
     previews = _Previews(loader.info.get("tokenizer_file", ""))
@@ -88,8 +113,7 @@ def explain_batch(loader: TokenLoader, batch: int, preview_chars: int = 80) -> l
             stream.fetcher.hold([(loader.streams[s2], i) for s2, i in found])
         for f, d, doc_start, doc_end in stream.documents(start, stop):
             if (s, f) not in sidecars:
-                sidecars[(s, f)] = pq.read_table(f"{stream.files[f].prefix}.docs.parquet",
-                                                 columns=["id", "source", "subset", "tokens"]).to_pydict()
+                sidecars[(s, f)] = _sidecar(stream, stream.files[f])
             side = sidecars[(s, f)]
             lo, hi = max(start, doc_start), min(stop, doc_end)
             rows.append({
@@ -109,6 +133,9 @@ def explain(state: dict[str, Any], *, step: int | None = None, batch: int | None
     0-based) or for global batch index ``batch``."""
     if (step is None) == (batch is None):
         raise ValueError("give exactly one of step and batch")
+    which, value = ("step", step) if step is not None else ("batch", batch)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SAMPLES:
+        raise ValueError(f"{which} {value!r}: expected a training step or batch index from 0")
     loader = loader_from_state(state, paths)
     k = batch if batch is not None else served_batch(step, loader.skips)
     return k, explain_batch(loader, k)

@@ -21,17 +21,17 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.errors import ConfigError
 from tokenmill.loader.batches import BatchLayout, merge_ranges, parse_ranges
 from tokenmill.loader.mixture import MixtureSchedule
 from tokenmill.loader.order import GlobalOrder, Located
+from tokenmill.loader.state import STATE_VERSION, ResumeError, check_state_shape
 from tokenmill.loader.streams import load_streams
 from tokenmill.loader.verify import Check, FileVerifier, cache_dir
 from tokenmill.loader.weights import resolve_weights
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
 TOKEN_CACHE_ENV = "TOKENMILL_TOKEN_CACHE"
 CHUNK_TOKENS = 1 << 20  # per worker hand-over, and at most this many micro-batches:
 CHUNK_MICRO_BATCHES = 64
@@ -42,10 +42,6 @@ def default_cache_dir() -> Path:
     if os.environ.get(TOKEN_CACHE_ENV):
         return Path(os.environ[TOKEN_CACHE_ENV])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tokenmill" / "tokens"
-
-
-class ResumeError(TokenmillError, ValueError):
-    """A loader state that this loader cannot continue exactly; the message names what differs."""
 
 
 @dataclass
@@ -275,6 +271,7 @@ class TokenLoader:
         from tokenmill.loader.cache import CachedObject, TokenCache
         from tokenmill.loader.prefetch import TokenFetcher
         from tokenmill.loader.remote import check_objects, local_name
+        from tokenmill.loader.verify import cache_dir as verified_markers  # (``cache_dir`` is the argument here)
         from tokenmill.tokenize.indexed import index_bytes
         from tokenmill.loader.streams import HEAD
 
@@ -342,7 +339,7 @@ class TokenLoader:
             # blocks with 2 workers went from 7,861 to 25,148 samples/s at 1.10 bytes fetched per byte used.)
             share = 1 if self.order.block is not None else max(1, self.num_workers)
             window = total if cache_bytes >= total else cache_bytes // (2 * share)
-        cache = TokenCache(folder, cache_bytes, store, timeout=store.policy.timeout)
+        cache = TokenCache(folder, cache_bytes, store, timeout=store.policy.timeout, markers=verified_markers())
         # Files kept open past their micro-batch: all when the cache holds all the data, else the window's share.
         fetcher = TokenFetcher(cache, objects, sizes, int(window), threads,
                                hold_bytes=total if cache_bytes >= total else int(window))
@@ -352,14 +349,15 @@ class TokenLoader:
 
     def fetch_stats(self) -> dict[str, int]:
         """What this loader fetched from the store (its workers included, as of the last batch they handed over):
-        ``bytes_fetched``, ``files_fetched``, ``evicted``, ``cache_peak_bytes`` (the most the cache folder held
-        when one of them reserved room), ``cache_bytes`` and ``disk_bytes`` (the folder now). Zeros when local."""
-        stats = {"bytes_fetched": 0, "files_fetched": 0, "evicted": 0, "cache_peak_bytes": 0}
+        ``bytes_fetched``, ``files_fetched``, ``evicted``, ``damaged`` (copies found damaged in the cache, removed and
+        fetched again), ``cache_peak_bytes`` (the most the cache folder held when one of them reserved room),
+        ``cache_bytes`` and ``disk_bytes`` (the folder now). Zeros when local."""
+        stats = {"bytes_fetched": 0, "files_fetched": 0, "evicted": 0, "damaged": 0, "cache_peak_bytes": 0}
         if self.fetcher is None:
             return {**stats, "cache_bytes": 0, "disk_bytes": 0}
         for part in [self.fetcher.cache.stats if self.fetcher.cache._pid == os.getpid() else {},
                      *self._worker_stats.values()]:
-            for key in ("bytes_fetched", "files_fetched", "evicted"):
+            for key in ("bytes_fetched", "files_fetched", "evicted", "damaged"):
                 stats[key] += part.get(key, 0)
             stats["cache_peak_bytes"] = max(stats["cache_peak_bytes"], part.get("cache_peak_bytes", 0))
         return {**stats, "cache_bytes": self.fetcher.cache.limit, "disk_bytes": self.fetcher.cache.disk_bytes()}
@@ -469,9 +467,7 @@ class TokenLoader:
     def check_state_dict(self, state: dict[str, Any], allow: Sequence[str] = ()) -> None:
         """Raise ResumeError naming what differs if ``load_state_dict(state, allow)`` would; change nothing. A
         trainer calls it before reading any tensor of a checkpoint."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ResumeError(f"not a TokenLoader state of version {STATE_VERSION}: "
-                              f"{state.get('version') if isinstance(state, dict) else type(state).__name__}")
+        check_state_shape(state)
         problems = []
         block = self.order.block
         for key, mine in (("seq_len", self.seq_len), ("seed", self.seed), ("split", self.split),
@@ -505,7 +501,12 @@ class TokenLoader:
 
     def data_changes(self, state: dict[str, Any]) -> list[str]:
         """Each stream added, removed or changed since ``state`` (``"alpha: files changed"``); empty when the data
-        are the same. Data are known by content (file names, token counts, sha256), not by where they are."""
+        are the same. Data are known by content (file names, token counts, sha256), not by where they are. A state
+        of another shape has none to name: `check_state_dict` refuses it, naming the key."""
+        try:
+            check_state_shape(state)
+        except ResumeError:
+            return []
         if state["data"]["fingerprint"] == self._digest(self.data_fingerprints()):
             return []
         old, new = state["data"]["streams"], self.data_fingerprints()

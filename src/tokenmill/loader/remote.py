@@ -21,7 +21,7 @@ from typing import BinaryIO, Callable, TypeVar
 
 import pyarrow.fs as pafs
 
-from tokenmill.tokenize.tokens_json import FILE, DataError, TokensIndex, validate
+from tokenmill.tokenize.tokens_json import FILE, SHA256, DataError, TokensIndex, validate
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,9 @@ def read_index(uri: str, store: ObjectStore) -> TokensIndex:
 
 def local_name(uri: str, sha256: str, suffix: str) -> str:
     """The cache's file name for an object: by its recorded sha256 (the same content is one file, whatever URI
-    names it; other content never takes its place), else by a hash of its URI."""
-    key = sha256 or "u" + hashlib.sha256(uri.encode("utf-8")).hexdigest()
-    return f"{key[:40]}{suffix}"
+    names it; other content never takes its place), else ``u`` and a hash of its URI. Only hex digits and the
+    suffix: nothing from tokens.json reaches the name unless `tokens_json.validate` found it 64 lowercase hex
+    characters (`cache.CachedObject` checks the name again)."""
+    if sha256 and not SHA256.fullmatch(sha256):
+        raise DataError(f"{uri}: sha256 {sha256!r:.100} is not 64 lowercase hex characters")
+    return f"{sha256 or 'u' + hashlib.sha256(uri.encode('utf-8')).hexdigest()}{suffix}"

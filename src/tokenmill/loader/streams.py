@@ -42,6 +42,8 @@ class TokenFile:
     head_bytes: int = 0
     """The length of the ``.bin``'s head whose sha256 is recorded (0: none; the file is only fetched whole)."""
     head_sha256: str = ""
+    docs_sha256: str = ""
+    """Of the ``.docs.parquet`` sidecar (attribution reads it), as recorded ("" when the index has none)."""
 
     @property
     def name(self) -> str:
@@ -254,7 +256,8 @@ def load_streams(paths: list[str | Path], split: str, store=None) -> tuple[list[
             hashes = entry["sha256"]
             head = entry.get("head") or {}
             f = TokenFile(index.prefix_path(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
-                          hashes.get(".idx", ""), head.get("bytes", 0), head.get("sha256", ""))
+                          hashes.get(".idx", ""), head.get("bytes", 0), head.get("sha256", ""),
+                          hashes.get(".docs.parquet", ""))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
             name = source if len(paths) == 1 else f"{d}/{source}"

@@ -16,6 +16,10 @@ work per node: too slow to do at start-up on every rank, and useless to repeat a
   marker. Each rank's thread starts at another file (rank / world size of the way in), so the ranks of a node
   hash different files at once. A marker cannot see bit rot that leaves the metadata alone:
   ``tokenmill tokens verify RUN`` rehashes everything, ignoring markers (and refreshes them).
+
+The streaming loader's cache checks the copies it finds in its folder the same way (``cache.TokenCache.pin``): a
+download leaves a marker (``mark_verified``: it was hashed as it arrived), and an evicted copy takes its marker
+with it (``forget``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from tokenmill.digest import file_sha256  # noqa: F401 - callers import it from here too
+from tokenmill.loader.locks import EXCLUSIVE, flock, open_lock
 from tokenmill.tokenize.tokens_json import DataError
 
 log = logging.getLogger(__name__)
@@ -64,9 +69,14 @@ def _marker_name(path: Path, st: os.stat_result, sha256: str) -> tuple[str, dict
     return key, description
 
 
-def _mismatch(path: Path, digest: str, expected: str) -> str:
-    return (f"{path}: sha256 {digest[:16]}… differs from {expected[:16]}… recorded in tokens.json: the file changed "
-            "or is corrupt since the tokenize stage wrote it; restore it or rerun the tokenize stage")
+class HashMismatch(DataError):
+    """A file whose sha256 is not the one its index records."""
+
+    def __init__(self, path: Path, digest: str, expected: str):
+        self.path, self.digest, self.expected = path, digest, expected
+        super().__init__(f"{path}: sha256 {digest[:16]}… differs from {expected[:16]}… recorded in tokens.json: the "
+                         "file changed or is corrupt since the tokenize stage wrote it; restore it or rerun the "
+                         "tokenize stage")
 
 
 def verify_file(check: Check, cache: Path | None = None, *, use_markers: bool = True) -> bool:
@@ -86,18 +96,16 @@ def verify_file(check: Check, cache: Path | None = None, *, use_markers: bool = 
         return False
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        lock = open(cache / f"{key}.lock", "a+b")  # noqa: SIM115 - held across the hash
+        lock = open_lock(cache / f"{key}.lock")  # held across the hash; let go of in a forked child (locks.py)
     except OSError as err:
         log.warning("verified-file cache %s is not writable (%s): hashing %s without a marker", cache, err, path)
         return _hash_and_compare(check)
     try:
-        _lock(lock)  # another rank of this node may be hashing it: wait, then use its marker
+        flock(lock, EXCLUSIVE)  # another rank of this node may be hashing it: wait, then use its marker
         if use_markers and marker.is_file():
             return False
         _hash_and_compare(check)
-        tmp = cache / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(json.dumps({**description, "verified_at": time.time()}) + "\n", encoding="utf-8")
-        os.replace(tmp, marker)
+        _write_marker(cache, key, description)
         return True
     finally:
         try:
@@ -107,12 +115,36 @@ def verify_file(check: Check, cache: Path | None = None, *, use_markers: bool = 
         lock.close()
 
 
-def _lock(f) -> None:
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): ranks may hash the same file twice, which is only slower
+def _write_marker(cache: Path, key: str, description: dict) -> None:
+    tmp = cache / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.write_text(json.dumps({**description, "verified_at": time.time()}) + "\n", encoding="utf-8")
+    os.replace(tmp, cache / key)
+
+
+def mark_verified(check: Check, cache: Path | None) -> None:
+    """Record ``check.path``, as it is now, as verified without hashing it again: for a file whose bytes were hashed
+    as they were written (a download checked against its sha256) and that nobody has written since. A marker that
+    cannot be written only costs a hash later."""
+    if cache is None:
         return
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    try:
+        key, description = _marker_name(check.path, check.path.stat(), check.sha256)
+        cache.mkdir(parents=True, exist_ok=True)
+        _write_marker(cache, key, description)
+    except OSError as err:
+        log.debug("no verified marker for %s: %s", check.path, err)
+
+
+def forget(check: Check, cache: Path | None) -> None:
+    """Remove the marker of ``check.path`` as it is now: called before the file is deleted (a cached copy evicted),
+    so that markers of files gone do not pile up."""
+    if cache is None:
+        return
+    try:
+        key, _ = _marker_name(check.path, check.path.stat(), check.sha256)
+        os.unlink(cache / key)
+    except OSError:
+        pass
 
 
 def _hash_and_compare(check: Check) -> bool:
@@ -122,7 +154,7 @@ def _hash_and_compare(check: Check) -> bool:
     except OSError as err:
         raise DataError(f"{check.path}: cannot read it ({err.strerror or err}); tokens.json lists it") from None
     if digest != check.sha256:
-        raise DataError(_mismatch(check.path, digest, check.sha256))
+        raise HashMismatch(check.path, digest, check.sha256)
     return True
 
 

@@ -22,6 +22,8 @@ the loader needs no pyarrow.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -35,6 +37,13 @@ FORMAT = "megatron-mmidx"
 VERSION = 1
 """The layout this module writes; `read` refuses a newer one (written by a newer tokenmill)."""
 TOKENIZER_FILE = "tokenizer.json"
+SHA256 = re.compile(r"[0-9a-f]{64}")
+"""A recorded sha256: 64 lowercase hex characters, as hashlib's ``hexdigest`` writes it. The streaming loader's cache
+names its files by them, so nothing else may pass."""
+EXTENSIONS = (".bin", ".idx", ".docs.parquet")
+"""The files of a token file entry, each with its sha256."""
+_PART = re.compile(r"[A-Za-z0-9_.+=@,-]+")
+"""One part of a recorded name: source and shard names (`pipeline.config`) and split names are made of these."""
 HEAD_BYTES = 128 * 1024
 """The range of a ``.bin`` whose sha256 an entry's ``head`` records: a sample's ``seq_len + 1`` tokens fit in it up to
 ``seq_len`` 65,535 (uint16) or 32,767 (uint32); a longer one reads the whole next file."""
@@ -113,23 +122,44 @@ def _counts(value: Any, where: str, key: str) -> dict:
     return cell
 
 
-def _file(value: Any, where: str, key: str) -> dict:
+def _sha256(value: Any, where: str, key: str) -> str:
+    if not isinstance(value, str) or not SHA256.fullmatch(value):
+        raise _fail(where, key, f"expected a sha256 (64 lowercase hex characters), found {value!r:.80}")
+    return value
+
+
+def _name(value: Any, where: str, key: str) -> str:
+    """A recorded path relative to the index's folder: parts of letters, digits and ``_.+=@,-`` joined by ``/``,
+    none ``.`` or ``..``. No absolute path, no backslash, no URI escape (``%``), query (``?``) or fragment (``#``):
+    joined to a folder or a URI, it names a file inside that folder and nothing else."""
+    text = _string(value, where, key)
+    parts = text.split("/")
+    if not all(_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        # An edited index must not make a reader open (or a cache write) files outside the index's folder.
+        raise _fail(where, key, f"{text!r:.200} is not a path inside the index's folder (a relative path: parts of "
+                                "letters, digits and _.+=@,- joined by /, none of them . or ..)")
+    return text
+
+
+def _file(value: Any, where: str, key: str, itemsize: int) -> dict:
     entry = dict(_mapping(value, where, key))
-    prefix = _string(entry.get("prefix"), where, f"{key}.prefix")
-    if not prefix or prefix.startswith(("/", "\\")) or ".." in prefix.replace("\\", "/").split("/"):
-        # An edited index must not make a reader open files outside the tokenize folder.
-        raise _fail(where, f"{key}.prefix", f"{prefix!r:.200} is not a path inside the index's folder")
+    _name(entry.get("prefix"), where, f"{key}.prefix")
     for name in ("documents", "tokens"):
         _count(entry.get(name), where, f"{key}.{name}")
     entry["by_source"] = {_string(s, where, f"{key}.by_source"): _counts(c, where, f"{key}.by_source.{s}")
                           for s, c in _mapping(entry.get("by_source", {}), where, f"{key}.by_source").items()}
-    entry["sha256"] = {ext: _string(h, where, f"{key}.sha256.{ext}")
-                       for ext, h in _mapping(entry.get("sha256", {}), where, f"{key}.sha256").items()}
+    hashes = _mapping(entry.get("sha256", {}), where, f"{key}.sha256")
+    for ext in hashes:
+        if ext not in EXTENSIONS:
+            raise _fail(where, f"{key}.sha256", f"{ext!r:.80} is not one of the files of an entry {EXTENSIONS}")
+    entry["sha256"] = {ext: _sha256(h, where, f"{key}.sha256.{ext}") for ext, h in hashes.items()}
     if "head" in entry:
         head = entry["head"] = dict(_mapping(entry["head"], where, f"{key}.head"))
-        if not _count(head.get("bytes"), where, f"{key}.head.bytes"):
-            raise _fail(where, f"{key}.head.bytes", "expected a positive count, found 0")
-        _string(head.get("sha256"), where, f"{key}.head.sha256")
+        size = _count(head.get("bytes"), where, f"{key}.head.bytes")
+        if not size or size % itemsize:
+            raise _fail(where, f"{key}.head.bytes", f"expected a positive multiple of the dtype's {itemsize} bytes, "
+                                                    f"found {size}")
+        _sha256(head.get("sha256"), where, f"{key}.head.sha256")
     return entry
 
 
@@ -145,7 +175,10 @@ def head_record(bin_bytes, head_bytes: int = HEAD_BYTES) -> dict | None:
 
 def validate(data: Any, where: str | Path = FILE) -> dict:
     """``data`` (a parsed `tokens.json`) checked key by key; a copy with the optional keys filled (version 1,
-    ``tokenizer.file``, each file's ``by_source`` and ``sha256``). Raises DataError naming ``where`` and the key."""
+    ``tokenizer.file``, each file's ``by_source`` and ``sha256``). Raises DataError naming ``where`` and the key.
+    Every recorded sha256 is 64 lowercase hex characters and every recorded name (``tokenizer.file``, each file's
+    ``prefix``) a relative path that stays inside the index's folder (`_name`): an index from someone else
+    cannot make a reader, or the streaming loader's cache, touch a file outside it."""
     where = str(where)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DataError(f"{where}: not a tokenmill tokens.json (format {FORMAT} expected)")
@@ -157,11 +190,13 @@ def validate(data: Any, where: str | Path = FILE) -> dict:
         raise DataError(f"{where}: version {version} is newer than this tokenmill reads ({VERSION}); "
                         "upgrade tokenmill")
     tok = out["tokenizer"] = dict(_mapping(out.get("tokenizer"), where, "tokenizer"))
-    tok["file"] = _string(tok.get("file", TOKENIZER_FILE), where, "tokenizer.file")
+    tok["file"] = _name(tok.get("file", TOKENIZER_FILE), where, "tokenizer.file")
+    if "sha256" in tok:
+        _sha256(tok["sha256"], where, "tokenizer.sha256")
     for name in ("vocab_size", "eos_id"):
         _count(tok.get(name), where, f"tokenizer.{name}")
     try:
-        np.dtype(_string(out.get("dtype"), where, "dtype"))
+        itemsize = np.dtype(_string(out.get("dtype"), where, "dtype")).itemsize
     except TypeError:
         raise _fail(where, "dtype", f"{out['dtype']!r:.80} is not a numpy dtype") from None
     splits = out["splits"] = dict(_mapping(out.get("splits"), where, "splits"))
@@ -172,7 +207,7 @@ def validate(data: Any, where: str | Path = FILE) -> dict:
         files = entry.get("files")
         if not isinstance(files, list):
             raise _fail(where, f"splits.{split}.files", f"expected a list, found {type(files).__name__}")
-        entry["files"] = [_file(f, where, f"splits.{split}.files[{i}]") for i, f in enumerate(files)]
+        entry["files"] = [_file(f, where, f"splits.{split}.files[{i}]", itemsize) for i, f in enumerate(files)]
     return out
 
 
@@ -227,8 +262,32 @@ class TokensIndex:
         return self._join(entry["prefix"])
 
 
+def _contained(index: TokensIndex) -> None:
+    """Every file a local index names resolves inside its folder: `validate` keeps the names relative, and a
+    symlink in the folder (to a folder or a file) may not lead out of it either."""
+    folder = os.path.realpath(index.folder)
+    parents: dict[str, str] = {}
+
+    def check(path: Path, key: str) -> None:
+        parent = parents.get(str(path.parent))
+        if parent is None:  # each folder resolved once: thousands of files share a few
+            parent = parents[str(path.parent)] = os.path.realpath(path.parent)
+        real = os.path.realpath(path) if path.is_symlink() else os.path.join(parent, path.name)
+        if os.path.commonpath([folder, real]) != folder:
+            raise _fail(str(index.path), key, f"{path} resolves to {real}, outside the index's folder {folder}: a "
+                                              "symlink leads out of it; keep the token files inside the folder (link "
+                                              "the whole folder instead)")
+
+    check(Path(index.tokenizer_path), "tokenizer.file")
+    for split, entry in index.splits.items():
+        for i, f in enumerate(entry["files"]):
+            for ext in EXTENSIONS:
+                check(Path(f"{index.prefix_path(f)}{ext}"), f"splits.{split}.files[{i}].prefix")
+
+
 def read(path: str | Path) -> TokensIndex:
-    """The `tokens.json` at ``path`` (or in that folder, or in that run folder's ``tokenize/``), validated."""
+    """The `tokens.json` at ``path`` (or in that folder, or in that run folder's ``tokenize/``), validated, and every
+    file it names inside its folder."""
     p = locate(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -240,4 +299,6 @@ def read(path: str | Path) -> TokensIndex:
         data = json.loads(text)
     except ValueError as exc:
         raise DataError(f"{p}: not a readable tokens.json: {exc}") from None
-    return TokensIndex(p, validate(data, p))
+    index = TokensIndex(p, validate(data, p))
+    _contained(index)
+    return index
