@@ -278,3 +278,15 @@ def test_a_crafted_local_index_is_refused_the_same_way(tmp_path):
         with pytest.raises(DataError) as err:
             TokenLoader([str(bad)], **KW)
         assert str(err.value).startswith(f"{bad}: {key}: ") and shown in str(err.value), (what, str(err.value))
+
+
+def test_a_uri_with_credentials_is_refused_and_never_shown(data, tmp_path):
+    """The loader refuses `s3://KEY:SECRET@bucket/...` as the pipeline does: its state records the datasets' URIs,
+    and a checkpoint holding that state may be handed to others. The secret is in no message."""
+    from tokenmill.pipeline.uris import UriError
+
+    secret_uri = URI.replace("s3://", "s3://AKIAEXAMPLE:s3cr3t/with/slash@", 1)
+    with pytest.raises(UriError) as err:
+        TokenLoader(secret_uri, cache_dir=tmp_path / "cache", cache_bytes=1 << 30, **KW)
+    assert "credentials in a URI are refused" in str(err.value) and "s3cr3t" not in str(err.value)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())

@@ -21,6 +21,7 @@ from typing import BinaryIO, Callable, TypeVar
 
 import pyarrow.fs as pafs
 
+from tokenmill.pipeline.uris import check_uri
 from tokenmill.tokenize.tokens_json import FILE, SHA256, DataError, TokensIndex, validate
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class ObjectStore:
 
     def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """The filesystem of ``uri`` and the path in it."""
-        scheme, _, rest = uri.partition("://")
+        scheme, _, rest = check_uri(uri).partition("://")
         key = f"{scheme}://{rest.split('/', 1)[0]}"
         if self._pid != os.getpid():  # forked (the parent's lock may have been held at the fork): start afresh
             self._fs, self._pid, self._lock = {}, os.getpid(), threading.Lock()
@@ -201,8 +202,11 @@ def index_uri(uri: str, store: ObjectStore) -> str:
 
 
 def read_index(uri: str, store: ObjectStore) -> TokensIndex:
-    """The index at ``uri`` (or in that folder, or that run folder's ``tokenize/``), validated; its paths are URIs."""
-    uri = index_uri(uri, store)
+    """The index at ``uri`` (or in that folder, or that run folder's ``tokenize/``), validated; its paths are URIs.
+
+    A URI carrying credentials (``s3://KEY:SECRET@bucket/...``) is refused as the pipeline refuses it: the loader's
+    state records its datasets' URIs, and a checkpoint holding that state may be handed to others."""
+    uri = index_uri(check_uri(uri), store)
     raw = store.read_bytes(uri)
     try:
         data = json.loads(raw)
