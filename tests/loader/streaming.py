@@ -31,6 +31,22 @@ def dataset(root: Path, files_per_source: int = 16) -> tuple[Path, int, int]:
     return path, sum(sizes.values()), max(sizes.values())
 
 
+def paused_hashing(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """`verify.file_sha256` made to stop inside: (hashing, go): `hashing` is set once a hash has begun, which then
+    waits for `go` (20 s at most) before it finishes as the real one."""
+    from tokenmill.loader import verify
+
+    hashing, go, real = threading.Event(), threading.Event(), verify.file_sha256
+
+    def paused(path):
+        hashing.set()
+        go.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(verify, "file_sha256", paused)
+    return hashing, go
+
+
 def upload(server, root: Path) -> None:
     server.create_bucket(BUCKET)
     server.upload_tree(root, BUCKET, "run/tokenize")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loader.streaming import BUCKET, KW, URI, dataset, upload
+from tests.loader.streaming import BUCKET, KW, URI, dataset, paused_hashing, upload
 from tokenmill.loader import DataError, TokenLoader
 from tokenmill.loader import verify
 
@@ -153,15 +153,7 @@ def test_a_copy_being_checked_is_never_evicted(data, tmp_path, monkeypatch):
     filler = TokenCache(tmp_path / "cache", total, store)
     copy = filler.pin(obj)
     filler.release_all()  # in the folder, held by nobody
-    hashing, go = threading.Event(), threading.Event()
-    real = verify.file_sha256
-
-    def slow(p):
-        hashing.set()
-        go.wait(20)
-        return real(p)
-
-    monkeypatch.setattr(verify, "file_sha256", slow)
+    hashing, go = paused_hashing(monkeypatch)
     reader, got = TokenCache(tmp_path / "cache", total, store), []
     thread = threading.Thread(target=lambda: got.append(reader.pin(obj)))
     thread.start()

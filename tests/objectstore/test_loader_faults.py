@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.loader.streaming import BUCKET, KW, URI, dataset, folder_bytes, upload
+from tests.loader.streaming import BUCKET, KW, URI, dataset, folder_bytes, paused_hashing, upload
 from tokenmill.loader import DataError, TokenLoader
 from tokenmill.loader import remote
 
@@ -178,15 +178,7 @@ def test_a_lock_the_parent_holds_when_it_forks_stays_the_parents(tmp_path, which
         held.__enter__()
         let_go = lambda: held.__exit__(None, None, None)  # noqa: E731
     else:  # a thread of the parent inside verify_file, holding the marker's lock while it hashes
-        hashing, finish = threading.Event(), threading.Event()
-        real = verify.file_sha256
-
-        def slow(path):
-            hashing.set()
-            finish.wait(20)
-            return real(path)
-
-        monkeypatch.setattr(verify, "file_sha256", slow)
+        hashing, finish = paused_hashing(monkeypatch)
         thread = threading.Thread(target=verify.verify_file, args=(check, tmp_path / "markers"))
         thread.start()
         hashing.wait(20)
