@@ -7,7 +7,7 @@ pipeline, stage, Arrow or torch module, nor any module of an extra (`rich` inclu
 core-only install, and a command whose extra is missing says which to install.
 
 Exit codes: 0 done; 1 a stage failed (or `manifest diff`/`show` found a difference); 2 bad input, or an extra not
-installed; 74 a full disk while checkpointing (`tokenmill train`); 130 Ctrl-C (SIGINT) and 143 SIGTERM, after one
+installed; 74 a full disk in training (`tokenmill train`); 130 Ctrl-C (SIGINT) and 143 SIGTERM, after one
 line (what a `run` committed stays, and the same command resumes it); 141 stdout closed early (`tokenmill ... |
 head`), silently, as a command killed by SIGPIPE (a table printed by rich ends as quietly, with rich's own exit
 code 1).
@@ -386,8 +386,9 @@ def _run_command(args: argparse.Namespace, interrupted: list[int]) -> int:
     except TokenmillError as err:
         if interrupted:
             return _interrupted(args, interrupted)
-        _say("error:", str(err), "red")
-        return getattr(err, "exit_code", 2)  # 2 unless the error has its own (a full disk while checkpointing: 74)
+        if not getattr(err, "quiet", False):  # another process says it: rank 0 of `tokenmill train --nproc`
+            _say("error:", str(err), "red")
+        return getattr(err, "exit_code", 2)  # 2 unless the error has its own (a full disk in training: 74)
     except ModuleNotFoundError as err:
         if interrupted:
             return _interrupted(args, interrupted)

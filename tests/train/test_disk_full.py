@@ -1,5 +1,7 @@
-"""A full disk while checkpointing, for real (a small tmpfs): one line naming the folder, exit 74, nothing left behind,
-the previous checkpoint intact and resumed once there is space; the watchdog's heartbeat never ends the run.
+"""A full disk in a training run, for real (a small tmpfs): while checkpointing or between checkpoints (the logs,
+config.json), on one rank or two, the run stops with one line naming the folder and exit 74, nothing half-written
+left behind (a JSON-lines log keeps whole lines), the previous checkpoint intact and resumed once there is space; the
+watchdog's heartbeat never ends the run. With --nproc, an error every rank shares is said once.
 
 A tmpfs needs root (or CAP_SYS_ADMIN); where it cannot be mounted these tests are skipped, saying why."""
 
@@ -23,8 +25,12 @@ from torch import nn
 
 from tokenmill.cli import main
 from tokenmill.train.checkpoint import MARKER, CheckpointManager, ModelOptimizerState
+from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines
 from tokenmill.train.watchdog import Progress, Watchdog, WatchdogConfig, heartbeat_path
 from tests.train.runs import config, env, write_config, write_tokens
+
+PAGE = 4096  # a tmpfs gives a file its space a page at a time
+LOGS = (METRICS_JSONL, EVENTS_JSONL, RANKS_JSONL)
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +136,15 @@ def test_a_marker_that_cannot_be_written_puts_back_the_checkpoint_it_replaced(tm
 
 
 def test_a_full_disk_leaves_no_temp_file_of_a_small_atomic_write(tmp_path):
+    from tokenmill.train.checkpoint import DiskFullError
+
     with tmpfs(tmp_path / "disk", 4 << 20) as disk:
         mgr = CheckpointManager(disk / "ckpt")
         first = mgr.save(1, {"w": torch.zeros(8)}, healthy=True)
         before = (first / "meta.json").read_bytes()
         fill(disk)
-        with pytest.raises(Exception, match="No space left on device"):
+        with pytest.raises(DiskFullError, match=rf"meta.json of checkpoint step 1 not written: the disk holding "
+                                                rf"{re.escape(str(first))} is full \(no space left on device"):
             mgr.mark(1, False)
         assert (first / "meta.json").read_bytes() == before and not leftovers(disk)
 
@@ -213,9 +222,148 @@ def test_two_ranks_on_a_full_disk_stop_with_74_and_leave_nothing(tokens, tmp_pat
         first = out / "checkpoints" / "step-000000002"
         resize(disk, shutil.disk_usage(disk).used + sum(f.stat().st_size for f in first.iterdir()) // 2)
         proc = _train(path, "--nproc", "2", "--steps", "4")
-        rest = _stopped_with_one_line(proc, out, 4, 2)
-        assert "Traceback" not in proc.stderr and all("error: checkpoint step 4" in r or "rank" in r for r in rest)
+        assert _stopped_with_one_line(proc, out, 4, 2) == []  # rank 0 says it; rank 1 and the launcher add nothing
         assert not leftovers(out) and CheckpointManager(out / "checkpoints").verify(first) is None
         resize(disk, 64 << 20)
         assert _train(path, "--nproc", "2", "--steps", "4").returncode == 0
         assert _events(out) == [("resume", 2), ("resume", 2)]  # the failed run resumed from step 2 too
+
+
+# ---- between checkpoints: the logs, config.json, summary.json
+
+def _whole(path: Path) -> list[dict]:
+    """A log's rows, asserting what a full disk must not leave: a line that is not JSON, or a last line cut short."""
+    text = path.read_text(encoding="utf-8")
+    assert not text or text.endswith("\n"), f"{path} ends in half a line: {text[-120:]!r}"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _steps(path: Path) -> list[int]:
+    return [r["step"] for r in _whole(path)]
+
+
+def _full_between(out: Path, previous: int | None) -> str:
+    """The one line of a full disk met between checkpoints, by any of the run's own files."""
+    kept = (rf"the previous checkpoint \(step {previous}\) is intact: free space there \(or point output at a larger "
+            r"disk\), then run the same command to resume from it") if previous is not None else \
+        r"no earlier checkpoint exists: free space there \(or point output at a larger disk\) and run it again"
+    return (rf"error: (metrics\.jsonl|ranks\.jsonl|events\.jsonl|config\.json) not written: the disk holding "
+            rf"{re.escape(str(out))} is full \(no space left on device, [\d,]+ bytes free\); the run stopped with "
+            rf"its files whole and {kept}")
+
+
+def test_a_row_that_a_full_disk_cuts_short_is_cut_back_to_whole_lines(tmp_path):
+    """tmpfs writes what fits in the last page and then says ENOSPC: on 0a49688 half a row stayed in the file."""
+    with tmpfs(tmp_path / "disk", 1 << 20) as disk:
+        log = JsonLines(disk / METRICS_JSONL, True)
+        while not (disk / METRICS_JSONL).exists() or (disk / METRICS_JSONL).stat().st_size < PAGE - 150:
+            log.write({"step": 1, "loss": 5.25, "note": "x" * 40})
+        fill(disk)  # no page left: the next row fits only in part
+        before = (disk / METRICS_JSONL).read_bytes()
+        with pytest.raises(OSError) as raised:
+            log.write({"step": 2, "loss": 5.0, "note": "y" * 300})
+        assert raised.value.errno == errno.ENOSPC
+        assert (disk / METRICS_JSONL).read_bytes() == before
+
+
+def test_a_disk_that_fills_between_checkpoints_stops_with_one_line_and_the_run_resumes(tokens, tmp_path, capsys):
+    from tokenmill.train.doctor import diagnose
+
+    with tmpfs(tmp_path / "disk", 64 << 20) as disk:
+        out = disk / "run"
+        cfg = config(tokens, out, steps=2, checkpoint_every=2, eval_every=0, warmup_steps=1, log_every=1000)
+        path = write_config(tmp_path / "t.yaml", cfg)
+        assert main(["train", str(path)]) == 0, capsys.readouterr().err
+        # No checkpoint before step 1000: the logs fill the disk first. Two pages more than in use: events.jsonl
+        # (new) takes one; config.json and the heartbeat are replaced through the other; then the first log to need
+        # a page takes it, and the next finds none, its row already in part in the page it had.
+        write_config(path, {**cfg, "steps": 1000, "checkpoint_every": 1000})
+        resize(disk, shutil.disk_usage(disk).used + 2 * PAGE)
+        proc = _train(path)
+        assert proc.returncode == 74, proc.stderr
+        assert re.fullmatch(_full_between(out, 2), proc.stderr.strip()), proc.stderr  # one line, no traceback
+        assert not leftovers(out)
+        assert all(_whole(out / name) for name in LOGS)  # whole lines: the tolerant readers have nothing to skip
+        assert diagnose(out).unreadable == {}
+        assert _steps(out / RANKS_JSONL)[-1] - _steps(out / METRICS_JSONL)[-1] in (0, 1)
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000000002"]
+        assert CheckpointManager(out / "checkpoints").verify(out / "checkpoints" / "step-000000002") is None
+        resize(disk, 64 << 20)
+        assert main(["train", str(path), "--steps", "3"]) == 0, capsys.readouterr().err
+        assert _steps(out / METRICS_JSONL) == _steps(out / RANKS_JSONL) == [1, 2, 3]
+        assert _events(out) == [("resume", 2), ("resume", 2)]
+        assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_a_run_killed_in_the_middle_of_a_row_resumes_with_whole_lines(tokens, tmp_path, capsys):
+    """What a SIGKILL (or 0a49688 on a full disk) leaves: each log ending in half a row. On 0a49688 the resume
+    stopped on it (a JSONDecodeError from metrics.jsonl) and the next event was glued onto it."""
+    out = tmp_path / "run"
+    path = write_config(tmp_path / "t.yaml", config(tokens, out, steps=2, checkpoint_every=2, eval_every=0,
+                                                    warmup_steps=1))
+    assert main(["train", str(path)]) == 0, capsys.readouterr().err
+    for name in LOGS:
+        with open(out / name, "a", encoding="utf-8") as f:
+            f.write('{"step": 3, "loss": 4.12')
+    assert main(["train", str(path), "--steps", "3"]) == 0, capsys.readouterr().err
+    assert _steps(out / METRICS_JSONL) == _steps(out / RANKS_JSONL) == [1, 2, 3]
+    assert _events(out) == [("resume", 2)]
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_again_without_its_rows(tokens, tmp_path, capsys):
+    """A full disk before the first checkpoint says "run it again": the rerun starts at step 0, and the rows of the
+    attempt are dropped (on 0a49688 they stayed: metrics.jsonl held steps 1, 2, 1, 2, 3)."""
+    out = tmp_path / "run"
+    path = write_config(tmp_path / "t.yaml", config(tokens, out, steps=3, checkpoint_every=3, eval_every=0,
+                                                    warmup_steps=1))
+    assert main(["train", str(path)]) == 0, capsys.readouterr().err
+    for name in (METRICS_JSONL, RANKS_JSONL):  # what the attempt left: the rows of steps 1 and 2, no checkpoint
+        (out / name).write_text("".join(f"{json.dumps(r)}\n" for r in _whole(out / name) if r["step"] < 3))
+    shutil.rmtree(out / "checkpoints")
+    assert main(["train", str(path)]) == 0, capsys.readouterr().err
+    assert _steps(out / METRICS_JSONL) == _steps(out / RANKS_JSONL) == [1, 2, 3]
+
+
+def test_two_ranks_on_a_full_disk_say_it_once(tokens, tmp_path):
+    """Full from the start: rank 0 cannot write config.json while rank 1 goes on to step 1; they stop together
+    there. On 0a49688: an OSError traceback from each rank, exit 1, and the launcher's line."""
+    with tmpfs(tmp_path / "disk", 1 << 20) as disk:
+        fill(disk)
+        out = disk / "run"
+        path = write_config(tmp_path / "t.yaml", config(tokens, out, steps=2, checkpoint_every=2, eval_every=0,
+                                                        warmup_steps=1))
+        proc = _train(path, "--nproc", "2")
+        assert proc.returncode == 74, proc.stderr
+        assert re.fullmatch(_full_between(out, None), proc.stderr.strip()), proc.stderr
+        assert not leftovers(out) and all(_whole(out / name) == [] for name in LOGS if (out / name).exists())
+
+
+def test_two_ranks_on_a_config_this_world_size_cannot_take_say_it_once(tokens, tmp_path):
+    """Each rank finds the batch layout impossible: one line, exit 2. On 0a49688: a traceback from each rank (a
+    ValueError) and the launcher's line."""
+    path = write_config(tmp_path / "t.yaml", config(tokens, tmp_path / "run", steps=2, micro_batch_size=4,
+                                                    eval_every=0, warmup_steps=1))
+    proc = _train(path, "--nproc", "2")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("error: train config: global_batch_size 12 does not divide evenly into world_size "
+                                   "2 x micro_batch_size 4: each rank needs a whole number of micro-batches (choose "
+                                   "micro_batch_size dividing 6)")
+
+
+@pytest.mark.slow  # two ranks, launched three times: about 40 s on two busy cores
+def test_two_ranks_on_a_disk_that_fills_between_checkpoints_stop_together_and_resume(tokens, tmp_path):
+    with tmpfs(tmp_path / "disk", 64 << 20) as disk:
+        out = disk / "run"
+        cfg = config(tokens, out, steps=2, checkpoint_every=2, eval_every=0, warmup_steps=1, log_every=1000)
+        path = write_config(tmp_path / "t.yaml", cfg)
+        assert _train(path, "--nproc", "2").returncode == 0
+        write_config(path, {**cfg, "steps": 1000, "checkpoint_every": 1000})
+        resize(disk, shutil.disk_usage(disk).used + 2 * PAGE)
+        proc = _train(path, "--nproc", "2")
+        assert proc.returncode == 74, proc.stderr
+        assert re.fullmatch(_full_between(out, 2), proc.stderr.strip()), proc.stderr
+        assert not leftovers(out) and all(_whole(out / name) for name in LOGS)
+        assert CheckpointManager(out / "checkpoints").verify(out / "checkpoints" / "step-000000002") is None
+        resize(disk, 64 << 20)
+        assert _train(path, "--nproc", "2", "--steps", "3").returncode == 0
+        assert _steps(out / METRICS_JSONL) == [1, 2, 3] and _steps(out / RANKS_JSONL) == [1, 1, 2, 2, 3, 3]

@@ -167,3 +167,70 @@ def test_a_rank_failing_with_a_status_gives_that_status(tmp_path, caplog):
     with caplog.at_level(logging.ERROR, logger="tokenmill.train.launch"):
         assert launch(["train", str(tmp_path / "missing.yaml")], 2) == 2
     assert any(re.match(r"tokenmill train: rank [01] exited with status 2", r.getMessage()) for r in caplog.records)
+
+
+# A rank of a run ending on an error: it leaves its note as the trainer does (`note_error`), then exits with `how`.
+RANK = """
+import os, sys, time
+from tokenmill.train.errors import DiskFullError
+from tokenmill.train.launch import note_error
+
+rank, wait, how = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+time.sleep(wait)
+if how == "kill":
+    os.kill(os.getpid(), 9)
+note_error(DiskFullError("the disk holding /run is full"), rank, 2)
+if how == "abort":  # what torch's teardown does to a gloo rank now and then, after the CLI said its line
+    os.abort()
+sys.exit(74)
+"""
+
+
+def _ranks(folder: Path, *plans: tuple[float, str]) -> list[subprocess.Popen]:
+    from tokenmill.train.watchdog import HANG_DIR_ENV
+
+    return [subprocess.Popen([sys.executable, "-c", RANK, str(rank), str(wait), how],
+                             env=env(**{HANG_DIR_ENV: str(folder)})) for rank, (wait, how) in enumerate(plans)]
+
+
+def _first_failed(procs: list[subprocess.Popen]) -> list[int]:
+    while not any(p.poll() for p in procs):
+        time.sleep(0.02)
+    return [rank for rank, p in enumerate(procs) if p.returncode]
+
+
+def test_a_quiet_rank_leaves_its_error_to_rank_0_which_says_it_alone(tmp_path):
+    """Rank 1 stops on an error every rank shares and stays quiet; rank 0, slower, ends by itself (it is not stopped)
+    and said it: the launcher adds nothing (on 0a49688: "rank 1 exited with status 74; stopped rank(s) 0")."""
+    from tokenmill.train.launch import _stop_after
+
+    procs, said = _ranks(tmp_path, (1.5, "exit"), (0.0, "exit")), []
+    assert _stop_after(_first_failed(procs), procs, said.append, tmp_path) == 74
+    assert said == [] and procs[0].returncode == 74
+
+
+def test_what_a_quiet_rank_left_to_a_rank_0_that_never_says_it_is_said_by_the_launcher(tmp_path):
+    from tokenmill.train.launch import _stop_after
+
+    procs, said = _ranks(tmp_path, (60.0, "exit"), (0.0, "exit")), []
+    assert _stop_after(_first_failed(procs), procs, said.append, tmp_path, grace_s=1.0) == 74
+    assert said == ["tokenmill train: rank 1: the disk holding /run is full"]
+    assert procs[0].returncode == -signal.SIGTERM
+
+
+def test_a_rank_that_explained_itself_is_not_repeated_even_if_its_teardown_aborts(tmp_path):
+    from tokenmill.train.launch import _stop_after
+
+    procs, said = _ranks(tmp_path, (0.0, "abort"), (60.0, "exit")), []
+    assert _stop_after(_first_failed(procs), procs, said.append, tmp_path) == 74
+    assert said == [] and procs[0].returncode == -signal.SIGABRT
+
+
+def test_a_rank_killed_without_a_word_is_named_even_when_another_explained_its_error(tmp_path):
+    from tokenmill.train.launch import _stop_after
+
+    procs, said = _ranks(tmp_path, (0.3, "exit"), (0.0, "kill")), []
+    for p in procs:
+        p.wait()
+    assert _stop_after([0, 1], procs, said.append, tmp_path) == 128 + signal.SIGKILL
+    assert said == ["tokenmill train: rank 1 was killed by SIGKILL"]

@@ -1,4 +1,5 @@
-"""Small files replaced whole or not at all, with no temporary file left behind when a write fails (a full disk)."""
+"""Small files replaced whole or not at all, and appends made whole or not at all: a write that fails (a full disk)
+leaves no temporary file and no half of what it was writing."""
 
 from __future__ import annotations
 
@@ -26,6 +27,25 @@ def write_atomic(path: Path, text: str, *, fsync: bool = False) -> None:
         raise
     if fsync:
         fsync_dir(path.parent)
+
+
+def append_whole(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` (created if absent) entirely or not at all: a write cut short (a full disk fills
+    in the middle of it, or an interrupt) is cut back, so a JSON-lines file never ends in half a line. Unbuffered:
+    the error comes from the write here, not from a later flush, and no buffered rest is retried at close."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        start = os.fstat(fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            with contextlib.suppress(OSError):  # a truncation frees space; it never needs any
+                os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:

@@ -98,8 +98,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from tokenmill.digest import file_sha256
-from tokenmill.errors import TokenmillError
 from tokenmill.train.atomic import fsync_dir, write_atomic
+from tokenmill.train.errors import FULL_ERRNOS, DiskFullError, EveryRankError, disk_full_message, free_bytes, \
+    full_errno
 from tokenmill.train.safe_unpickle import RefusedGlobal, load_metadata
 
 logger = logging.getLogger(__name__)
@@ -111,24 +112,16 @@ DCP_METADATA = ".metadata"
 _STEP_DIR = re.compile(r"^step-(\d{9,})$")
 
 
-class CheckpointError(TokenmillError):
-    """A checkpoint cannot be written, or checkpoints exist and none of them loads."""
+class CheckpointError(EveryRankError):
+    """A checkpoint cannot be written, or checkpoints exist and none of them loads (every rank raises it)."""
 
 
 class UntrustedCheckpointError(CheckpointError):
     """A checkpoint holds what DCP never writes (a pickle naming a global outside the allow-list): the run stops."""
 
 
-class DiskFullError(CheckpointError):
-    """A checkpoint was not written because its file system is full; what it had written is removed."""
-
-    #: ``tokenmill train``'s exit status for it: sysexits' EX_IOERR (the watchdog's hang is 75, bad input 2).
-    exit_code = 74
-
-
 #: Less free space than this where a save failed means the disk is full, whatever error torch turned it into.
 LOW_SPACE_BYTES = 1 << 20
-_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,38 +296,18 @@ def _errors(e: BaseException) -> list[BaseException]:
     return found
 
 
-def _free_bytes(folder: Path) -> int | None:
-    """Bytes this process may still write on ``folder``'s file system (None if unknown)."""
-    for path in (folder, *folder.parents):
-        try:
-            return shutil.disk_usage(path).free
-        except OSError:
-            continue
-    return None
-
-
-def _full_disk(e: BaseException, folder: Path) -> tuple[int, str] | None:
-    """(free bytes, what the system said) on ``folder``'s file system if ``e`` came from it being full, else None.
+def _full_disk(e: BaseException, folder: Path) -> tuple[int | None, int] | None:
+    """(free bytes, errno) on ``folder``'s file system if ``e`` came from it being full, else None.
 
     Full: an ``ENOSPC``/``EDQUOT`` in ``e``'s chain, or less than ``LOW_SPACE_BYTES`` left. The second test is
     needed because torch's zip writer swallows the ``OSError`` of a short write and raises ``RuntimeError:
     unexpected pos ...`` instead; asked before the partial files are removed, it sees the disk as the write left it.
     """
-    free = _free_bytes(folder)
-    said = {err.errno for err in _errors(e) if isinstance(err, OSError) and err.errno in _FULL_ERRNOS}
-    if said or (free is not None and free < LOW_SPACE_BYTES):
-        return (free if free is not None else 0), os.strerror(errno.EDQUOT if said == {errno.EDQUOT} else
-                                                              errno.ENOSPC).lower()
+    free = free_bytes(folder)
+    said = next((err.errno for err in _errors(e) if isinstance(err, OSError) and err.errno in FULL_ERRNOS), None)
+    if said is not None or (free is not None and free < LOW_SPACE_BYTES):
+        return free, said if said is not None else errno.ENOSPC
     return None
-
-
-def _disk_full_message(step: int, folder: Path, full: tuple[int, str], previous: int | None) -> str:
-    kept = (f"the previous checkpoint (step {previous}) is intact: free space there (or point output at a larger "
-            "disk), then run the same command to resume from it") if previous is not None else \
-        "no earlier checkpoint exists: free space there (or point output at a larger disk) and run it again"
-    free, why = full
-    return (f"checkpoint step {step} not written: the disk holding {folder} is full ({why}, {free:,} bytes free); "
-            f"what it had written was removed and {kept}")
 
 
 def _untrusted_message(path: Path, refused: RefusedGlobal | _RefusedValue) -> str:
@@ -513,12 +486,18 @@ class CheckpointManager:
             raise CheckpointError(f"extra for step {step} is not JSON-able ({e}); convert it to lists/dicts/numbers") from e
 
         rank = _rank()
+        ready: OSError | None = None
         if rank == 0:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._clean_leftovers()
-        token = _from_rank0(uuid.uuid4().hex if rank == 0 else None)
+            try:  # the first save makes the folder, which a full disk can refuse: every rank must hear of it
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._clean_leftovers()
+            except OSError as e:
+                ready = e
+        token, unready = _from_rank0((uuid.uuid4().hex, ready is not None) if rank == 0 else None)
         tmp = self.root / f".tmp-step-{step:09d}-{token}"
         final = self.path_for(step)
+        if unready:
+            self._fail(step, tmp, ready, f"{type(ready).__name__}: {ready}")
 
         try:
             with _quiet_no_dist():
@@ -552,7 +531,8 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             if full is not None:
                 previous = max((c.step for c in self.checkpoints()), default=None)
-                verdict = (_disk_full_message(step, self.root, full, previous), True)
+                verdict = (disk_full_message(f"checkpoint step {step}", self.root, full[1],
+                                             "what it had written was removed", previous, full[0]), True)
             else:
                 verdict = (f"checkpoint step {step} not committed: {what}", False)
         message, full = _from_rank0(verdict)
@@ -649,10 +629,13 @@ class CheckpointManager:
                 meta["healthy"] = bool(healthy)
                 write_atomic(path / META, json.dumps(meta, indent=1, sort_keys=True), fsync=True)
             except (OSError, ValueError, CheckpointError) as e:
-                error = str(e)
+                code = full_errno(e)
+                error = (disk_full_message(f"{META} of checkpoint step {step}", path, code, "the file is as it was",
+                                           step), True) if code is not None else (str(e), False)
         error = _from_rank0(error)
         if error is not None:
-            raise CheckpointError(f"cannot mark step {step}: {error}")
+            message, full = error
+            raise DiskFullError(message) if full else CheckpointError(f"cannot mark step {step}: {message}")
 
     def discard_after(self, step: int) -> list[int]:
         """Delete every checkpoint newer than ``step``; returns their steps.

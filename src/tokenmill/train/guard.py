@@ -39,8 +39,8 @@ from typing import Any
 
 from pydantic import Field
 
-from tokenmill.errors import TokenmillError
 from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.train.errors import EveryRankError
 
 STATE_VERSION = 1
 
@@ -51,7 +51,7 @@ REASONS = ("non_finite_loss", "non_finite_grad_norm", "loss_z", "loss_ratio", "g
 FLAGGED_REASONS = ("rank_anomaly",)
 
 
-class RollbacksExhausted(TokenmillError):
+class RollbacksExhausted(EveryRankError):
     """The guard rolled back ``max_rollbacks`` times and the run diverged again; a person must look."""
 
 

@@ -4,10 +4,19 @@ torchrun's rendezvous store (torch's ``TCPStore``) binds the wildcard address wh
 anyone who reaches it can rewrite the addresses the ranks exchange. One machine needs no TCP rendezvous at all: the
 ranks meet in a ``FileStore`` in a private temporary folder, and gloo (or NCCL's bootstrap) is pinned to ``lo``.
 torchrun stays the launcher for several machines and for elastic restarts.
+
+What the user reads when a run fails: one line. An error every rank shares (``EveryRankError``: a full disk, a
+checkpoint or config that cannot be used) is said by rank 0; the other ranks stay quiet (``note_error`` marks the
+error ``quiet``, which the CLI honours). Each rank that ends on such an error leaves a note in the launcher's folder,
+so the launcher adds nothing to a status a rank explained, waits for rank 0 to say what a quiet rank left to it, and
+says it itself if rank 0 never did. A rank that ends without a note (killed by a signal, a traceback) is named with
+its status, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import shutil
@@ -19,11 +28,38 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tokenmill.train.atomic import write_atomic
 from tokenmill.train.watchdog import DUMP_SIGNAL, HANG_DIR_ENV, HANG_EXIT, hang_message, report_path
 
 log = logging.getLogger(__name__)
 
 STORE_ENV = "TOKENMILL_STORE_FILE"
+#: How long the launcher waits for rank 0 to say an error that a quiet rank left to it (rank 0 raises the same error
+#: at the same point; it is only slower to exit, behind its clean-up and the interpreter's teardown).
+SPEAKER_GRACE_S = 15.0
+
+
+def note_path(folder: Path, rank: int) -> Path:
+    return folder / f"error-rank{rank}.json"
+
+
+def note_error(err: BaseException, rank: int, world_size: int) -> None:
+    """A rank of a run of ``world_size`` ends on ``err`` (a ``TokenmillError``, which the CLI prints as one line).
+
+    Rank 0 says an error that every rank shares (``err.every_rank``); on another rank it is marked ``quiet``, which
+    the CLI honours (N ranks, one line). Under ``tokenmill train --nproc``, a note in the launcher's folder tells the
+    launcher that this rank's status is explained (by itself, or by rank 0), with the message and exit status."""
+    if world_size <= 1:
+        return
+    quiet = rank != 0 and bool(getattr(err, "every_rank", False))
+    if quiet:
+        err.quiet = True  # type: ignore[attr-defined]
+    folder = os.environ.get(HANG_DIR_ENV)
+    if folder:
+        # The status the CLI gives a TokenmillError: its own exit_code, else 2.
+        note = {"rank": rank, "quiet": quiet, "message": str(err), "exit_code": getattr(err, "exit_code", 2)}
+        with contextlib.suppress(OSError):  # the note must never hide the error itself
+            write_atomic(note_path(Path(folder), rank), json.dumps(note))
 
 
 def rank_env(rank: int, nproc: int, store: str, base: dict[str, str]) -> dict[str, str]:
@@ -76,26 +112,62 @@ def launch(argv: Sequence[str], nproc: int, poll_s: float = 0.2, say: Callable[[
 
 
 def _stop_after(failed: list[int], procs: list[subprocess.Popen], say: Callable[[str], None],
-                folder: Path | None = None) -> int:
-    """Stop the ranks still running, say which rank failed first, and return its exit status.
+                folder: Path | None = None, grace_s: float = SPEAKER_GRACE_S) -> int:
+    """Stop the ranks still running, say which rank failed first unless it explained itself, and return its exit
+    status.
 
     A rank killed by a signal is the cause when several are seen at once: its peers fail with gloo's "connection
-    reset" a moment later; then a rank that its watchdog ended (a hang: ``_hang`` says which rank did not arrive).
-    The others would otherwise wait in a collective until gloo's timeout (30 minutes).
+    reset" a moment later; then a rank that its watchdog ended (a hang: ``_hang`` says which rank did not arrive);
+    then a rank that left a note (``note_error``). The others would otherwise wait in a collective until gloo's
+    timeout (30 minutes). A rank with a note said its error, or left it to rank 0 (quiet): then rank 0, which raises
+    the same error, is given ``grace_s`` to end by itself and say it, and if it does not, the launcher says it.
     """
-    cause = min(failed, key=lambda rank: (procs[rank].returncode >= 0, procs[rank].returncode != HANG_EXIT, rank))
+    notes = _notes(folder, len(procs))
+    if any(notes[r]["quiet"] for r in failed if r in notes) and procs[0].poll() is None:
+        deadline = time.monotonic() + grace_s
+        while procs[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if procs[0].returncode:
+            failed = sorted({*failed, 0})
+        notes = _notes(folder, len(procs))
+
+    def order(rank: int) -> tuple[int, int]:
+        code = procs[rank].returncode
+        if rank in notes:  # explained, whatever its exit (an abort in the interpreter's teardown included)
+            return 2, rank
+        return (0 if code < 0 else 1 if code == HANG_EXIT else 3), rank
+
+    cause = min(failed, key=order)
     code = procs[cause].returncode
-    if code == HANG_EXIT and folder is not None:
+    if cause not in notes and code == HANG_EXIT and folder is not None:
         say(_hang(procs, folder))
         return HANG_EXIT
     running = [rank for rank, p in enumerate(procs) if p.poll() is None]
     for rank in running:
         procs[rank].terminate()
     _reap(procs)
+    if cause in notes:
+        note = notes[0] if 0 in notes and not notes[0]["quiet"] else notes[cause]
+        if note["quiet"]:  # left to rank 0, which ended without saying it
+            say(f"tokenmill train: rank {cause}: {note['message']}")
+        return int(note["exit_code"])
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
     stopped = f"; stopped rank(s) {', '.join(map(str, running))}" if running else ""
     say(f"tokenmill train: rank {cause} {how}{stopped}")
     return _status(code)
+
+
+def _notes(folder: Path | None, nproc: int) -> dict[int, dict]:
+    """The notes the ranks left (``note_error``), by rank; an unreadable one counts as none."""
+    notes = {}
+    for rank in range(nproc if folder is not None else 0):
+        try:
+            note = json.loads(note_path(folder, rank).read_text(encoding="utf-8"))
+            notes[rank] = {"quiet": bool(note["quiet"]), "message": str(note["message"]),
+                           "exit_code": int(note["exit_code"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return notes
 
 
 def _hang(procs: list[subprocess.Popen], folder: Path, grace_s: float = 5.0) -> str:

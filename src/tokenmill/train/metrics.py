@@ -4,13 +4,17 @@ and events.jsonl."""
 from __future__ import annotations
 
 import json
+import logging
 import resource
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tokenmill.train.atomic import write_atomic
+from tokenmill.train.atomic import append_whole, write_atomic
+
+log = logging.getLogger(__name__)
 
 #: The JSON-lines logs in a run's output folder (written by the trainer, read by ``tokenmill train doctor``).
 METRICS_JSONL, EVENTS_JSONL, RANKS_JSONL = "metrics.jsonl", "events.jsonl", "ranks.jsonl"
@@ -37,29 +41,85 @@ def memory(device: torch.device) -> dict[str, float]:
 
 
 class JsonLines:
-    """An append-only JSON-lines file, flushed per row; on resume the rows after the checkpoint are dropped."""
+    """An append-only JSON-lines file, each write whole lines or nothing; on resume the rows after the checkpoint are
+    dropped. ``disk``: what the writes go through (the trainer's ``RunDisk``: a full disk stops every rank at once);
+    None writes directly."""
 
-    def __init__(self, path: Path, enabled: bool):
-        self.path, self.enabled = path, enabled
+    def __init__(self, path: Path, enabled: bool, disk: Any = None):
+        self.path, self.enabled, self.disk = path, enabled, disk
+        self._mended = False
 
     def write(self, row: dict[str, Any]) -> None:
         self.write_many([row])
 
     def write_many(self, rows: list[dict[str, Any]]) -> None:
-        """Append several rows with one open (ranks.jsonl: one row per rank per step)."""
+        """Append several rows with one write (ranks.jsonl: one row per rank per step). A write that fails (a full
+        disk) is cut back: the file keeps whole lines only. The first write also mends a last line that an earlier,
+        killed run left unfinished, which the rows would otherwise be glued onto."""
         if self.enabled and rows:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write("".join(json.dumps(row, allow_nan=True) + "\n" for row in rows))
+            data = "".join(json.dumps(row, allow_nan=True) + "\n" for row in rows).encode("utf-8")
+            self._write(lambda: self._append(data))
+
+    def _append(self, data: bytes) -> None:
+        if not self._mended:
+            self.mend()
+            self._mended = True
+        append_whole(self.path, data)
+
+    def _write(self, write: Callable[[], Any]) -> Any:
+        return write() if self.disk is None else self.disk.write(self.path, write)
+
+    def mend(self) -> bool:
+        """Cut a last line left unfinished (a run killed in the middle of a write), so the next row starts a line of
+        its own. True if one was cut. A truncation: it needs no space on the disk."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return False
+        with open(self.path, "rb+") as f:
+            end = size
+            while end > 0:  # back to the last newline, a block at a time (the file may be large, a line is not)
+                start = max(0, end - (1 << 16))
+                f.seek(start)
+                block = f.read(end - start)
+                if end == size and block.endswith(b"\n"):
+                    return False
+                cut = block.rfind(b"\n")
+                if cut >= 0:
+                    end = start + cut + 1
+                    break
+                end = start
+            f.truncate(end)
+        log.warning("%s: its last line was unfinished (a run killed while writing it); removed %d bytes", self.path,
+                    size - end)
+        return True
 
     def truncate_after(self, step: int) -> int:
-        """Drop rows of steps after ``step`` (written after the checkpoint a restart resumes from). Returns how many."""
+        """Drop rows of steps after ``step`` (written after the checkpoint a restart resumes from), and lines that are
+        not JSON (a killed run's unfinished last line, which would stop every resume). Returns how many rows of
+        later steps were dropped."""
         if not self.enabled or not self.path.exists():
             return 0
-        rows = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        keep = [r for r in rows if json.loads(r).get("step", 0) <= step]
-        if len(keep) != len(rows):
-            write_atomic(self.path, "".join(r + "\n" for r in keep))
-        return len(rows) - len(keep)
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        lines = [line for line in text.splitlines() if line.strip()]
+        keep, later, bad = [], 0, 0
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if not isinstance(row, dict):
+                bad += 1
+            elif row.get("step", 0) <= step:
+                keep.append(line)
+            else:
+                later += 1
+        if bad:
+            log.warning("%s: %d line(s) not JSON dropped (a run killed while writing one)", self.path, bad)
+        if later or bad or (text and not text.endswith("\n")):
+            self._write(lambda: write_atomic(self.path, "".join(r + "\n" for r in keep)))
+        return later
 
     def mark_after(self, step: int, key: str) -> int:
         """Set ``key: true`` on rows of steps after ``step`` (a rollback's discarded steps). Returns how many."""
@@ -72,7 +132,7 @@ class JsonLines:
                 row[key] = True
                 marked += 1
         if marked:
-            write_atomic(self.path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in rows))
+            self._write(lambda: write_atomic(self.path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in rows)))
         return marked
 
     def rows(self) -> list[dict[str, Any]]:

@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 from pydantic import Field
 
-from tokenmill.errors import TokenmillError
 from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.train.errors import EveryRankError
 from tokenmill.train.atomic import write_atomic
 from tokenmill.train.fingerprints import gather_table
 
@@ -49,7 +49,7 @@ COMPARED = ("loss", "grad_norm_local")
 FAULTY_RANKS_JSON = "faulty_ranks.json"
 
 
-class HardwareFault(TokenmillError):
+class HardwareFault(EveryRankError):
     """A fault that followed a rank through the swap: the run stops (``faults.on_hardware: stop``), naming it."""
 
 

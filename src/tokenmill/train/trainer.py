@@ -35,13 +35,17 @@ from torch.distributed.tensor import DTensor
 from tokenmill.errors import TokenmillError
 from tokenmill.loader import DataError, ResumeError, TokenLoader
 from tokenmill.loader.batches import next_served, parse_ranges
+from tokenmill.train.atomic import write_atomic
 from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
 from tokenmill.train.config import TrainConfig
+from tokenmill.train.disk import RunDisk
 from tokenmill.train.distributed import Distributed, setup
+from tokenmill.train.errors import DiskFullError, EveryRankError, disk_full_message, full_errno
 from tokenmill.train.faults import TrainFaults
 from tokenmill.train.fingerprints import Anomaly, Fingerprints, anomaly_event, grad_shard_norm, install_tap, \
     rank_places
 from tokenmill.train.guard import DivergenceGuard, Verdict
+from tokenmill.train.launch import note_error
 from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines, memory, peak_tflops
 from tokenmill.train.model import OPTDecoder, model_config
 from tokenmill.train.replay import DATA, FAULTY_RANKS_JSON, TRANSIENT, HardwareFault, Pass, classify, exchange, \
@@ -99,13 +103,21 @@ class Trainer:
         self.d = d
         self.say: TrainReporter = self.reporter if d.main else QuietReporter()
         self.out.mkdir(parents=True, exist_ok=True)
-        self.metrics = JsonLines(self.out / METRICS_JSONL, d.main)
-        self.events = JsonLines(self.out / EVENTS_JSONL, d.main)
+        # Every file this rank writes between checkpoints goes through it: a full disk stops all ranks together.
+        self.disk = RunDisk(d, self._previous)
+        self.metrics = JsonLines(self.out / METRICS_JSONL, d.main, self.disk)
+        self.events = JsonLines(self.out / EVENTS_JSONL, d.main, self.disk)
         weights = cfg.weights if cfg.weights is not None else [x.weight for x in cfg.data]
-        self.loader = TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
-                                  micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
-                                  world_size=d.world_size, num_workers=cfg.num_workers, weights=weights,
-                                  position_ids=cfg.reset_position_ids, pin_memory=d.device.type == "cuda")
+        try:
+            self.loader = TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len,
+                                      global_batch_size=cfg.global_batch_size, micro_batch_size=cfg.micro_batch_size,
+                                      seed=cfg.seed, rank=d.rank, world_size=d.world_size,
+                                      num_workers=cfg.num_workers, weights=weights,
+                                      position_ids=cfg.reset_position_ids, pin_memory=d.device.type == "cuda")
+        except TokenmillError:  # the data's own errors (a DataError is also a ValueError), as they are
+            raise
+        except ValueError as err:  # values of the config that this world size cannot take: the same on every rank
+            raise EveryRankError(f"train config: {err}") from None
         self.accumulation = self.loader.layout.micro_batches
         vocab = self.loader.info["vocab_size"]
         self.mcfg = model_config(cfg.model, vocab_size=padded_vocab(vocab), max_seq_len=cfg.seq_len,
@@ -119,7 +131,7 @@ class Trainer:
             fp.enabled or (self.faults is not None and self.faults.plan.grad is not None)) else None
         self.fingerprints = Fingerprints(fp, d.rank, d.world_size, d.device, self.tap, self.sharded) \
             if fp.enabled else None
-        self.ranks = JsonLines(self.out / RANKS_JSONL, d.main and fp.enabled)
+        self.ranks = JsonLines(self.out / RANKS_JSONL, d.main and fp.enabled, self.disk)
         # Replay (replay.py): the step's micro-batches are kept until its update, for the passes that re-run it.
         self.keep_micros = cfg.faults.replay or (self.faults is not None and self.faults.plan.replay is not None)
         self.step_micros: list[dict[str, torch.Tensor]] = []
@@ -209,6 +221,12 @@ class Trainer:
         loaded = self.checkpoints.load(self._app_state())
         if loaded is None:
             self.tokens_seen = 0
+            # An attempt stopped before its first checkpoint (a full disk, a kill) left rows that step 0 undoes.
+            dropped = self.metrics.truncate_after(0)
+            self.ranks.truncate_after(0)
+            if dropped:
+                self.say.note(f"no checkpoint in {self.out}: starting at step 0, the {dropped} metrics row(s) of an "
+                              "earlier attempt dropped")
             return 0
         extra = loaded.extra
         allow = self._check_loader(loaded.step, extra["loader"], record=True)
@@ -232,7 +250,7 @@ class Trainer:
         except (KeyError, TypeError):
             changes = []
         if changes and not self.cfg.allow_data_change:
-            raise TokenmillError(f"the data changed since the checkpoint at step {step} in {self.out}: "
+            raise EveryRankError(f"the data changed since the checkpoint at step {step} in {self.out}: "
                                  f"{'; '.join(changes)}. To go on at the same position of the new data's order "
                                  "(not what the old data would have given), rerun with --allow-data-change or set "
                                  "allow_data_change: true; or restore the data, or use another output")
@@ -240,7 +258,7 @@ class Trainer:
         try:
             self.loader.check_state_dict(state, allow)
         except ResumeError as err:
-            raise TokenmillError(f"{self.out} holds a checkpoint (step {step}) that this run cannot continue: "
+            raise EveryRankError(f"{self.out} holds a checkpoint (step {step}) that this run cannot continue: "
                                  f"{err}") from None
         if changes and record:
             self.say.warn(f"DATA CHANGED since the checkpoint at step {step}: {'; '.join(changes)}. Continuing at "
@@ -261,7 +279,7 @@ class Trainer:
             old = {**old, "data": new["data"]}  # datasets added or removed: a data change, which this run allows
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
         if changed:
-            raise TokenmillError(f"{self.out} holds a checkpoint (step {step}) of a run with another "
+            raise EveryRankError(f"{self.out} holds a checkpoint (step {step}) of a run with another "
                                  f"{', '.join(changed)}: " + "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
                                                                       for k in changed)
                                  + ". Use another output, or restore those values.")
@@ -301,7 +319,8 @@ class Trainer:
             loss_sum += loss.detach().float()
         self.local_loss = float(loss_sum) / self.accumulation
         self.step_batch = batch
-        loss_value, = d.all_mean([self.local_loss])
+        loss_value, full = d.all_mean([self.local_loss, self.disk.flag])  # a full disk held by a rank rides along
+        self.disk.agree(full)
         return loss_value, batch
 
     @contextmanager
@@ -472,14 +491,18 @@ class Trainer:
         """A fault that follows a rank: faulty_ranks.json for the operator or launcher, then stop (every rank, once
         the record is on disk) or go on without this step's update."""
         path = self.out / FAULTY_RANKS_JSON
-        if self.d.main:
-            path = write_faulty_ranks(self.out, event, done)
         who = ", ".join(f"rank {x['rank']} on host {x['host']} ({x['device']})" for x in event["ranks"])
         message = (f"step {step}: hardware fault on {who}: {event['reason']}. Recorded in {path}: exclude that "
                    "node and resume from the last checkpoint (or set faults.on_hardware: continue)")
+        try:
+            if self.d.main:
+                self.disk.write(path, lambda: write_faulty_ranks(self.out, event, done))
+            if self.cfg.faults.on_hardware == "stop":
+                self.disk.check()  # the record is written before any rank exits (the launcher stops all)
+        except DiskFullError as err:  # the fault is not on disk: the one line says it
+            raise DiskFullError(f"{err}. It was recording a hardware fault, which stopped the run: "
+                                f"{message.replace(f'. Recorded in {path}', '')}") from None
         if self.cfg.faults.on_hardware == "stop":
-            if self.d.world_size > 1:
-                torch.distributed.barrier()  # the record is written before any rank exits (the launcher stops all)
             raise HardwareFault(message)
         self.say.warn(message)
         return loss_value, grad_norm, None, {"classification": "hardware", "update_skipped": True}
@@ -534,7 +557,7 @@ class Trainer:
         documents = self._documents(explain_batch, row["batch"]) if self.d.main else []
         healthy = self.checkpoints.latest(healthy_only=True)
         if healthy is None:
-            raise TokenmillError(f"step {verdict.step}: {verdict.reason}; no healthy checkpoint to roll back to "
+            raise EveryRankError(f"step {verdict.step}: {verdict.reason}; no healthy checkpoint to roll back to "
                                  f"(the first is written at step {self.cfg.checkpoint_every})")
         loaded = self.checkpoints.load(self._app_state(), healthy_only=True)
         plan = self.guard.plan_rollback(verdict, loaded.step, loaded.extra.get("guard"))
@@ -557,7 +580,7 @@ class Trainer:
                      "skipped_batches": skipped, "rollbacks": plan.rollbacks, "documents": documents,
                      **({"classification": row["classification"]} if "classification" in row else {})})
         # Saved again at once, so a crash from here on resumes with the skips and the lower learning rate.
-        self.checkpoints.save(loaded.step, self._app_state(), healthy=True, extra=self._extra())
+        self._save(loaded.step, healthy=True)
         return loaded.step
 
     def _rank_anomaly(self, step: int, batch: int, anomalies: list[Anomaly]) -> None:
@@ -626,6 +649,19 @@ class Trainer:
         d = setup()
         try:
             return self._run(d)
+        except OSError as err:  # any write that no guard above caught: a full disk is still one line and exit 74
+            code = full_errno(err)
+            if code is None:
+                raise
+            what, folder = (Path(err.filename).name, Path(err.filename).parent) if isinstance(err.filename, str) \
+                else ("a file", self.out)
+            full = DiskFullError(disk_full_message(what, folder, code, "the run stopped", self._previous()),
+                                 every_rank=False)  # met by this rank alone, which says it
+            note_error(full, d.rank, d.world_size)
+            raise full from err
+        except TokenmillError as err:
+            note_error(err, d.rank, d.world_size)  # rank 0 says an error every rank shares; the others stay quiet
+            raise
         finally:
             for loader in (getattr(self, "loader", None), getattr(self, "valid", None)):
                 if loader is not None:
@@ -637,7 +673,8 @@ class Trainer:
         self._build(d)
         step = self._resume()
         if d.main:
-            (self.out / "config.json").write_text(self.cfg.model_dump_json(indent=1) + "\n", encoding="utf-8")
+            path = self.out / "config.json"
+            self.disk.write(path, lambda: write_atomic(path, self.cfg.model_dump_json(indent=1) + "\n"))
         if self.skip_batches:
             ranges = parse_ranges(self.skip_batches)
             self.loader.skip(ranges)
@@ -677,8 +714,7 @@ class Trainer:
                         self.metrics.write({"step": step, "valid_loss": value, "tokens": self.tokens_seen})
                         last = {**last, "valid_loss": value}
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                    self.checkpoints.save(step, self._app_state(), healthy=not spike_since_checkpoint,
-                                          extra=self._extra())
+                    self._save(step, healthy=not spike_since_checkpoint)
                     spike_since_checkpoint = False
                 self.say.step(step, row)
                 if kill_after and step >= kill_after:
@@ -694,6 +730,19 @@ class Trainer:
                    "params": self.model.num_params(), "metrics": str(self.out / METRICS_JSONL),
                    "events": str(self.out / EVENTS_JSONL), "checkpoints": str(self.out / "checkpoints")}
         if d.main:
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+            path = self.out / "summary.json"
+            self.disk.write(path, lambda: write_atomic(path, json.dumps(summary, indent=1) + "\n"))
+        self.disk.check()  # a full disk met since the last step's all-reduce (its last rows, summary.json)
         return summary
+
+    def _previous(self) -> int | None:
+        """The step of the newest committed checkpoint (what a rerun resumes from), for a full disk's message."""
+        manager = getattr(self, "checkpoints", None)
+        return max((c.step for c in manager.checkpoints()), default=None) if manager is not None else None
+
+    def _save(self, step: int, healthy: bool) -> None:
+        """A checkpoint, once every rank knows that none holds a full disk: a checkpoint past rows that were lost
+        would resume with a hole in the logs."""
+        self.disk.check()
+        self.checkpoints.save(step, self._app_state(), healthy=healthy, extra=self._extra())
 

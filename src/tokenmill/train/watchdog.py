@@ -16,7 +16,6 @@ minutes and says nothing of who did not come.
 
 from __future__ import annotations
 
-import errno
 import faulthandler
 import json
 import logging
@@ -34,6 +33,7 @@ from pydantic import Field
 
 from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.train.atomic import write_atomic
+from tokenmill.train.errors import full_errno
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +142,12 @@ class Watchdog:
         if model is not None:
             # Prepended: it runs before FSDP2's pre-forward all-gather, so a rank blocked there has passed it.
             self._hook = model.register_forward_pre_hook(self._forward, prepend=True)
-        self._stacks = open(stack_path(self.folder, self.rank), "a", encoding="utf-8")  # noqa: SIM115 - held open
-        self._stacks.write(f"{RUN_MARK} {_utc(self.started)} UTC, pid {os.getpid()}\n")
-        self._stacks.flush()
+        # Unbuffered: a write that a full disk refuses fails there, and nothing is left to fail again at close.
+        self._stacks = open(stack_path(self.folder, self.rank), "ab", buffering=0)  # noqa: SIM115 - held open
+        try:
+            self._stacks.write(f"{RUN_MARK} {_utc(self.started)} UTC, pid {os.getpid()}\n".encode())
+        except OSError as err:  # as a heartbeat: the stacks matter only on a hang, the run's own writes say it
+            self._unwritable_said(stack_path(self.folder, self.rank), err, "its stack file")
         if threading.current_thread() is threading.main_thread():
             faulthandler.register(DUMP_SIGNAL, file=self._stacks, all_threads=True, chain=False)
         self._beat()
@@ -186,8 +189,11 @@ class Watchdog:
             if stalled > self.cfg.timeout_s:
                 try:
                     self._fire(stalled)
-                except Exception:  # noqa: BLE001 - whatever went wrong in the report, the process must end
-                    log.exception("watchdog (rank %d): the hang report failed", self.rank)
+                except Exception as err:  # noqa: BLE001 - whatever went wrong in the report, the process must end
+                    if full_errno(err) is not None:  # one line, not a traceback: the disk is full
+                        log.error("watchdog (rank %d): the hang report was not written in full: %s", self.rank, err)
+                    else:
+                        log.exception("watchdog (rank %d): the hang report failed", self.rank)
                 finally:
                     logging.shutdown()
                     os._exit(HANG_EXIT)
@@ -208,14 +214,17 @@ class Watchdog:
             self._flush()
         except OSError as err:
             if self._unwritable is None:
-                full = err.errno in (errno.ENOSPC, errno.EDQUOT)
-                (log.info if full else log.warning)(
-                    "watchdog (rank %d): cannot write its heartbeat %s (%s)%s", self.rank,
-                    heartbeat_path(self.folder, self.rank), err,
-                    ": the disk is full; retrying each poll" if full else "; it keeps watching")
+                self._unwritable_said(heartbeat_path(self.folder, self.rank), err, "its heartbeat",
+                                      "; retrying each poll")
             self._unwritable = err
         else:
             self._unwritable = None
+
+    def _unwritable_said(self, path: Path, err: OSError, what: str, full_then: str = "") -> None:
+        """Once per failure: a full disk at INFO (the run's own writes stop it with one line), else a warning."""
+        full = full_errno(err) is not None
+        (log.info if full else log.warning)("watchdog (rank %d): cannot write %s %s (%s)%s", self.rank, what, path,
+                                            err, f": the disk is full{full_then}" if full else "; it keeps watching")
 
     def _flush(self) -> None:
         """Write this rank's heartbeat when it changed (atomically: a reader never sees half a file)."""
@@ -245,9 +254,11 @@ class Watchdog:
         beats = self.read_heartbeats()
         stacks = stack_path(self.folder, self.rank)
         if self._stacks is not None:
-            self._stacks.write(format_stacks(f"rank {self.rank} (host {self.host}): no step finished for "
-                                             f"{stalled:.1f} s"))
-            self._stacks.flush()
+            try:
+                self._stacks.write(format_stacks(f"rank {self.rank} (host {self.host}): no step finished for "
+                                                 f"{stalled:.1f} s").encode())
+            except OSError as err:  # the report below still names the rank behind
+                self._unwritable_said(stacks, err, "its stacks")
         report = {"rank": self.rank, "host": self.host, "device": self.device, "time": time.time(),
                   "timeout_s": self.cfg.timeout_s, "stalled_s": round(stalled, 3), "output": str(self.output),
                   "watchdog_dir": str(self.folder), "stack_file": str(stacks),
@@ -255,8 +266,8 @@ class Watchdog:
         report["message"] = describe(report)
         text = json.dumps(report, indent=1)
         targets = [report_path(self.folder, self.rank)]
-        if os.environ.get(HANG_DIR_ENV):
-            targets.append(report_path(Path(os.environ[HANG_DIR_ENV]), self.rank))
+        if os.environ.get(HANG_DIR_ENV):  # first: the launcher's message comes from it, whatever the run's disk holds
+            targets.insert(0, report_path(Path(os.environ[HANG_DIR_ENV]), self.rank))
         for path in targets:
             write_atomic(path, text)
         if self._claim():
