@@ -181,6 +181,24 @@ def test_lock_staleness_rules(tmp_path, monkeypatch):
     assert "released" not in json.loads((root / "_lock" / "00000002.json").read_text())  # not ours to release
 
 
+def test_a_lock_that_a_full_disk_refuses_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """The lock's generation file is written to a temporary name first: a write that fails (a full disk) removes
+    it too, as a failed link always did (seen: a 0-byte `_lock/00000001.json.<uuid>.tmp` left for good)."""
+    import errno
+
+    import pyarrow.fs as pafs
+
+    from tokenmill.pipeline.runfolder import RunLock
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        RunLock(pafs.LocalFileSystem(), str(tmp_path / "run")).acquire()
+    assert list((tmp_path / "run" / "_lock").iterdir()) == []
+
+
 RACER = textwrap.dedent("""
     import os, sys, time
     import pyarrow.fs as pafs

@@ -195,17 +195,18 @@ class RunLock:
         if self.local:
             os.makedirs(self.dir, exist_ok=True)
             tmp = f"{target}.{uuid.uuid4().hex}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
+            try:  # the temporary file goes whatever fails, the write itself included (a full disk)
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
                 os.link(tmp, target)  # atomic and exclusive, also on NFS; the file appears complete
                 return True
             except FileExistsError:
                 return False
             finally:
-                os.unlink(tmp)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
         # Object store: no create-if-absent in pyarrow.fs; write, let a racing writer land, read back.
         if storage.exists(self.fs, target):
             return False
