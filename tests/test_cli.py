@@ -234,7 +234,7 @@ def test_a_missing_module_outside_any_extra_is_still_a_traceback(monkeypatch):
 
     assert cli._missing_extra(ModuleNotFoundError("No module named 'tokenmill.nothing'", name="tokenmill.nothing")) \
         is None
-    line = cli._missing_extra(ModuleNotFoundError("No module named 'rich'", name="rich"))
+    line = cli._missing_extra(ModuleNotFoundError("No module named 'ray'", name="ray"))
     assert line is not None and "pip install 'tokenmill[pipeline]'" in line
 
 

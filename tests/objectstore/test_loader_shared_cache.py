@@ -17,11 +17,14 @@ from tests.loader.streaming import KW, URI, Watcher, dataset, upload
 from tokenmill.loader import TokenLoader
 
 RANK = """
-import hashlib, json, sys
+import hashlib, json, os, sys, time
 from tokenmill.loader import TokenLoader
 rank, cache, bound, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 loader = TokenLoader(sys.argv[5], cache_dir=cache, cache_bytes=bound, rank=rank, world_size=2, num_workers=1,
                      seq_len=16, global_batch_size=4, micro_batch_size=1, seed=3)
+open(sys.argv[6] + f".{rank}", "w").close()  # ready: both ranks start reading together, as a job's ranks do
+while not all(os.path.exists(sys.argv[6] + f".{r}") for r in (0, 1)):
+    time.sleep(0.01)
 digest, it = hashlib.sha256(), iter(loader)
 for _ in range(steps):
     digest.update(json.dumps(next(it)["input_ids"].tolist()).encode())
@@ -47,8 +50,9 @@ def test_two_ranks_share_one_cache(tmp_path, s3_server, share):
     cache, steps = tmp_path / "cache", 300
     bound = total + 4096 if share == "whole" else total // 4
     with Watcher(cache) as watcher:
-        procs = [subprocess.Popen([sys.executable, "-c", RANK, str(rank), str(cache), str(bound), str(steps), URI],
-                                  stdout=subprocess.PIPE, env=os.environ.copy()) for rank in (0, 1)]
+        procs = [subprocess.Popen([sys.executable, "-c", RANK, str(rank), str(cache), str(bound), str(steps), URI,
+                                   str(tmp_path / "ready")], stdout=subprocess.PIPE, env=os.environ.copy())
+                 for rank in (0, 1)]
         outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     assert [o["digest"] for o in outs] == [_local_digest(path, rank, steps) for rank in (0, 1)]
