@@ -66,7 +66,8 @@ def test_the_documented_checkpoint_code_resumes_the_loader(tmp_path, monkeypatch
     else:
         import torch.distributed.checkpoint as dcp
 
-        dcp.load({"loader": namespace["LoaderState"](resumed)}, checkpoint_id="dcp/step-5")
+        dcp.load({"loader": namespace["LoaderState"](resumed)}, storage_reader=namespace["SafeReader"]("dcp/step-5"),
+                 planner=namespace["SafeLoadPlanner"]())
     assert resumed.consumed_samples == loader.consumed_samples == 5 * 4
     first = next(iter(_loader(tokens)))["input_ids"]  # where a loader without the state starts
     after = next(iter(resumed))["input_ids"]

@@ -187,8 +187,9 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 # DCP without arbitrary unpickling
 
 
-class _SafeReader(FileSystemReader):
-    """``FileSystemReader`` whose ``.metadata`` goes through ``safe_unpickle`` (exact globals only)."""
+class SafeReader(FileSystemReader):
+    """``FileSystemReader`` whose ``.metadata`` goes through ``safe_unpickle`` (exact globals only): DCP's own runs a
+    plain ``pickle.load`` on it. Public for users who call ``dcp.load`` themselves (docs/loader.md)."""
 
     def read_metadata(self, *args: Any, **kwargs: Any):
         path = self._get_metadata_path(kwargs.get("rank"))
@@ -211,7 +212,7 @@ class _RefusedValue(Exception):
         return type(self), (self.file, self.key, self.why)
 
 
-class _SafeLoadPlanner(DefaultLoadPlanner):
+class SafeLoadPlanner(DefaultLoadPlanner):
     """``DefaultLoadPlanner`` that reads non-tensor values with ``torch.load(weights_only=True)``; a value it refuses
     (a global outside torch's allow-list) raises :class:`_RefusedValue`, naming the file and the key."""
 
@@ -445,7 +446,7 @@ class CheckpointManager:
                 if digest != rec["sha256"]:
                     return f"{name} sha256 {digest[:12]}… differs from the one written {rec['sha256'][:12]}…"
         try:
-            metadata = _SafeReader(path).read_metadata()
+            metadata = SafeReader(path).read_metadata()
         except RefusedGlobal as e:  # not damage: DCP never writes it, so the checkpoint is not used at all
             raise UntrustedCheckpointError(_untrusted_message(path, e)) from None
         except Exception as e:  # noqa: BLE001 - any failure to parse means the index is unusable
@@ -700,8 +701,8 @@ class CheckpointManager:
                     with _quiet_no_dist():
                         dcp.load(
                             app_state,
-                            storage_reader=_SafeReader(info.path),
-                            planner=_SafeLoadPlanner(),
+                            storage_reader=SafeReader(info.path),
+                            planner=SafeLoadPlanner(),
                             no_dist=not _dist_on(),
                         )
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - any failure: try the previous one
