@@ -38,8 +38,13 @@ golden: $(STAMP)
 	$(BIN)/tokenmill run build/golden/demo.yaml
 	$(BIN)/python -m tokenmill.manifests.golden write build/golden/run --dest manifests
 
+# Tests run in parallel (pytest-xdist: a process per core, each with its own Ray cluster; a test file's tests stay in
+# one process, so its module fixtures are built once): about 12 minutes on the 2-core development machine, 30 in one
+# process (TEST_WORKERS=0).
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: lint
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 # ruff, with the rules set in pyproject.toml ([tool.ruff.lint]); part of `make test`.
 lint: $(STAMP)
@@ -47,10 +52,10 @@ lint: $(STAMP)
 
 # Every fault-injection trial (20 per stage and kill kind) and every hostile-input case at full size; prints counts.
 test-faults: $(STAMP)
-	$(BIN)/python -m pytest tests/faults tests/hostile -m ''
+	$(PYTEST) tests/faults tests/hostile -m ''
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -m ''
+	$(PYTEST) -m ''
 
 # Every benchmark in benchmarks/, one process each as its docstring documents it (benchmarks/run_all.py): writes
 # bench/summary.json and prints a table of every ratio; fails naming any benchmark that crashed or printed no ratio.

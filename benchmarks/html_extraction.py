@@ -20,6 +20,7 @@ Then the ratios resiliparse / trafilatura and the per-page lengths side by side.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
@@ -187,8 +188,11 @@ def compare_extractors(warc_paths: list[str], repeats: int = 5) -> dict:
 
 
 if __name__ == "__main__":
-    paths = sys.argv[1:] or [str(p) for p in DEFAULT_WARCS]
-    if not sys.argv[1:] and not all(p.is_file() for p in DEFAULT_WARCS):
+    parser = argparse.ArgumentParser(description="Compare resiliparse and trafilatura on the HTML of WARC files.")
+    parser.add_argument("warcs", nargs="*", help="WARC files (default: the shared Common Crawl and wget samples)")
+    given = parser.parse_args().warcs
+    paths = given or [str(p) for p in DEFAULT_WARCS]
+    if not given and not all(p.is_file() for p in DEFAULT_WARCS):
         print(json.dumps({"skipped": f"no WARC samples at {SHARED}"}))
         sys.exit(0)
     print(json.dumps(compare_extractors(paths), indent=2, ensure_ascii=False))

@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.netstat import listening_sockets
-
 # One line at the end of every session: fault trials, faults injected and hostile cases checked.
 pytest_plugins = ["tests.faults.counts"]
-
-# Taken before any Ray starts, so a listener that Ray opens on a public address cannot hide in it.
-BASELINE_LISTENERS = listening_sockets()
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

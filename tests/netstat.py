@@ -53,3 +53,20 @@ def listeners(pids) -> set[tuple[str, int]]:
         except OSError:
             continue
     return listening_sockets(inodes)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` (a driver started with ``start_new_session`` and what it started:
+    its Ray cluster), read from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        if int(fields[2]) == pgid:
+            pids.append(int(entry.name))
+    return pids

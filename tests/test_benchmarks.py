@@ -2,9 +2,10 @@
 its docstring documents it, must exit 0, print JSON and report at least one ratio (or be skipped for a stated
 reason: ../shared/data absent, or scipy missing for dedup_quality). No timing asserts.
 
-scale.py, ingest_sample.py and dedup_scale.py run the whole pipeline on Ray (40, 20 and 10 s at quick size): they
-are `slow` (`make test-all`); in `make test` each of those scripts still starts (`--help`) with benchmarks/ as
-sys.path[0], and no script in benchmarks/ may shadow a standard-library or installed module.
+The quick runs take about two minutes in all (scale.py, ingest_sample.py and dedup_scale.py alone 40, 20 and 10 s):
+they are `slow` (`make test-all`, and `make bench-quick` runs the same). In `make test` every script still starts
+(`--help`) with benchmarks/ as sys.path[0], and no script in benchmarks/ may shadow a standard-library or installed
+module.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
-SLOW = {"scale", "ingest_sample", "dedup_scale", "dedup_web"}
 
 
 def _load_runner():
@@ -57,15 +57,16 @@ def test_no_script_shadows_a_module():
         assert path.stem not in installed, f"{path.name} shadows the installed package {path.stem}"
 
 
-@pytest.mark.parametrize("name", sorted(SLOW))
-def test_slow_scripts_start(name):
+@pytest.mark.parametrize("name", NAMES)
+def test_every_script_starts(name):
     script = next(b.path for b in run_all.BENCHMARKS if b.name == name)
     proc = subprocess.run([sys.executable, str(script), "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "usage:" in proc.stdout
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in NAMES])
+@pytest.mark.slow  # about two minutes for all at quick size: `make test-all` and `make bench-quick`
+@pytest.mark.parametrize("name", NAMES)
 def test_benchmark_runs_at_quick_size(name, tmp_path):
     proc, summary = run_quick(tmp_path, "--only", name)
     rows = {n: r for n, r in summary["benchmarks"].items() if n == name or n.startswith(f"{name}[")}

@@ -189,7 +189,8 @@ def test_other_errors_are_not_taken_for_interrupts(monkeypatch):
 @pytest.mark.ray
 @pytest.mark.parametrize("signum, code, line", [
     (signal.SIGTERM, 143, "stopped by SIGTERM (tokenmill run): committed tasks are kept; the same command resumes"),
-    (signal.SIGINT, 130, "interrupted (tokenmill run): committed tasks are kept; the same command resumes"),
+    pytest.param(signal.SIGINT, 130, "interrupted (tokenmill run): committed tasks are kept; the same command resumes",
+                 marks=pytest.mark.slow),  # held before issue 31's fix too; Ctrl-C's one line: test_ctrl_c_*
 ], ids=["SIGTERM", "SIGINT"])
 def test_sigterm_mid_run_is_one_line_and_the_run_resumes(ray_cluster, tmp_path, signum, code, line):
     """SIGTERM to `tokenmill run` printed Ray's C++ stack of every thread (its failure handler) and aborted, exit

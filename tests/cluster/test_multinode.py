@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from tests.cluster.nodes import LocalCluster
 from tests.netstat import is_loopback, listeners
 from tests.pipeline.test_runner import run_into, tree
 
-pytestmark = pytest.mark.ray
+# Two Ray nodes started by `ray start`, a run across them, one killed: about two minutes, so in `make test-all`.
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 CLI = [sys.executable, "-m", "tokenmill"]
 # A dead node is declared dead after ~1.5 s instead of Ray's default ~15 s (period 3 s, 5 failures).
@@ -47,16 +49,19 @@ def corpus(tmp_path_factory, ray_cluster):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("ray"))
-    try:
-        cluster.start_head(FAST_NODE_DEATH)
-        cluster.wait_for(alive=1)
-        cluster.add_node("second", {"second": 1})
-        cluster.wait_for(alive=2)
-        yield cluster
-    finally:
-        cluster.stop()
+def cluster():
+    # A short folder of its own, not the test's: a node's socket paths (`<temp>/session_<time>_<pid>/sockets/
+    # plasma_store`) must fit AF_UNIX's 107 bytes, and pytest-xdist's workers nest tmp_path one level deeper.
+    with tempfile.TemporaryDirectory(prefix="tm-ray-") as root:
+        cluster = LocalCluster(Path(root))
+        try:
+            cluster.start_head(FAST_NODE_DEATH)
+            cluster.wait_for(alive=1)
+            cluster.add_node("second", {"second": 1})
+            cluster.wait_for(alive=2)
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 def with_output(config: Path, output: Path) -> Path:

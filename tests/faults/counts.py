@@ -46,6 +46,26 @@ def summary() -> str:
             f"{f' ({by_kind})' if by_kind else ''}; hostile inputs: {hostile_cases()} cases checked")
 
 
+def pytest_sessionfinish(session) -> None:
+    """In a pytest-xdist worker: hand this process's counts to the controller, which prints the one line."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        hostile = sys.modules.get("tests.hostile")
+        output["tokenmill_counts"] = {"trials": dict(TRIALS), "faults": dict(FAULTS), "hostile": dict(HOSTILE),
+                                      "checked": sorted(map(str, set(getattr(hostile, "CHECKED", ()))))}
+
+
+def pytest_testnodedown(node, error) -> None:
+    """In the controller: add a finished worker's counts (its hostile cases as `checked:` names, once each)."""
+    counts = getattr(node, "workeroutput", {}).get("tokenmill_counts")
+    if counts:
+        TRIALS.update(counts["trials"])
+        FAULTS.update(counts["faults"])
+        HOSTILE.update(counts["hostile"])
+        for case in counts["checked"]:
+            HOSTILE[f"checked:{case}"] = 1
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     # Printed once even if this hook is registered twice (a conftest import and a `pytest_plugins` entry).
     if getattr(config, "_tokenmill_counts_printed", False) or not (TRIALS or FAULTS or hostile_cases()):

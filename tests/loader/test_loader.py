@@ -125,7 +125,7 @@ def reference(data):
     return batches
 
 
-@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, 4])  # world 1: 30 s, `make test-all`
 def test_fifty_random_stops_resume_exactly(reference, world):
     rng = np.random.default_rng(world)
     stops = sorted(rng.integers(1, 40, size=50).tolist())
@@ -151,7 +151,8 @@ def test_fifty_random_stops_resume_exactly(reference, world):
             assert _rows(got[r]) == expected
 
 
-@pytest.mark.parametrize("world,new_world,new_workers", [(1, 2, 2), (2, 4, 0), (4, 1, 2), (2, 2, 0)])
+@pytest.mark.parametrize("world,new_world,new_workers", [(1, 2, 2), pytest.param(2, 4, 0, marks=pytest.mark.slow),
+                                                         pytest.param(4, 1, 2, marks=pytest.mark.slow), (2, 2, 0)])
 def test_resume_with_workers_and_another_world_size(reference, world, new_world, new_workers):
     """Three stops per world size with two DataLoader workers; resume on another world size and worker count."""
     rng = np.random.default_rng(new_world)

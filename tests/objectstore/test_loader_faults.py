@@ -34,7 +34,7 @@ def _reference(path, steps: int) -> list:
     return [next(it)["input_ids"].tolist() for _ in range(steps)]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [pytest.param(0, marks=pytest.mark.slow), 2])
 def test_an_outage_mid_fetch_is_retried_and_the_samples_are_unchanged(data, tmp_path, s3_server, monkeypatch,
                                                                       caplog, workers):
     path, total, root = data

@@ -42,7 +42,7 @@ def _local_digest(path, rank: int, steps: int) -> str:
     return digest.hexdigest()
 
 
-@pytest.mark.parametrize("share", ["whole", "quarter"])
+@pytest.mark.parametrize("share", ["whole", pytest.param("quarter", marks=pytest.mark.slow)])
 def test_two_ranks_share_one_cache(tmp_path, s3_server, share):
     root = tmp_path / "run" / "tokenize"
     path, total, _ = dataset(root)

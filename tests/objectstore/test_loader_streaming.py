@@ -31,7 +31,7 @@ def _reference(path, steps: int, **kw) -> list[list[list[int]]]:
     return out
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [pytest.param(0, marks=pytest.mark.slow), 2])
 def test_same_samples_as_local_for_1000_steps_within_a_quarter_cache(data, tmp_path, workers):
     path, total, largest = data
     cache, bound = tmp_path / "cache", total // 4

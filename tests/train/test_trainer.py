@@ -33,6 +33,7 @@ def _run(cfg: dict, base: Path, **kwargs) -> dict:
     return Trainer(parse_train_config(cfg, base), **kwargs).run()
 
 
+@pytest.mark.slow  # three torchrun launches (2, 1 and 3 ranks): `make test-all`; 2 ranks resume in test_launch.py
 def test_two_processes_with_torchrun_then_resume_on_one_and_on_three(tokens, tmp_path):
     # Without dropout: the 1- and 3-rank continuations are compared with each other, and each rank draws its own
     # masks, so with dropout they differ by more than the summation order. Exact resume with dropout on the same
