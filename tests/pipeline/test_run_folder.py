@@ -26,7 +26,7 @@ from tests.faults.harness import kill_group, wait_workers_gone
 from tokenmill.cli import main as cli
 from tokenmill.errors import ConfigError, TokenmillError
 from tokenmill.manifests.show import show_run
-from tokenmill.pipeline import faults, runfolder
+from tokenmill.pipeline import faults, runfolder, storage
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.runner import run_pipeline
 
@@ -400,13 +400,55 @@ def test_symlinked_folders_of_a_run_folder_are_never_written_through(tmp_path, d
     (run / runfolder.ROOT_MARKER).write_text("{}")
     (run / "ingest").symlink_to(other / "ingest")
     assert cli(["run", str(config)]) == 2
-    assert re.search(r"run/ingest is a symlink to .*other/ingest: tokenmill writes, moves and deletes only folders "
-                     r"inside the run folder", " ".join(capsys.readouterr().err.split()))
+    assert re.search(r"run/ingest is a symlink to .*other/ingest: tokenmill reads, writes, moves and deletes only "
+                     r"folders inside the run folder", " ".join(capsys.readouterr().err.split()))
     assert files_under(other) == before
     (run / "ingest").unlink()
     (run / "_superseded").symlink_to(other)
     _refused_by_validate_and_run(config, capsys, r"output: .*run/_superseded is a symlink to")
     assert files_under(other) == before
+
+
+@pytest.mark.parametrize("inside", ["shards", "dropped", "_work", "_work/tmp"])
+def test_a_symlink_inside_a_stage_folder_is_refused_and_what_it_leads_to_is_kept(tmp_path, demo_books, capsys, inside):
+    """A link below a real stage folder (its shards, dropped or work folder): pyarrow lists and deletes through it, so
+    the runner once removed the linked folder's files as "leftovers no record names". Refused before the stage runs,
+    naming the link; the folder it leads to is left as it was."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "books-00000.parquet").write_bytes(b"someone's shard")
+    (elsewhere / "note.json.x.tmp").write_bytes(b"someone's temporary file")
+    before = files_under(elsewhere)
+    config = _books(tmp_path / "demo", demo_books, "run", "books_en/*.parquet")
+    run = tmp_path / "demo" / "run"
+    stage = run / "ingest"
+    stage.mkdir(parents=True)
+    (run / runfolder.ROOT_MARKER).write_text("{}")
+    (stage / runfolder.STAGE_MARKER).write_text("")
+    (stage / inside).parent.mkdir(parents=True, exist_ok=True)
+    (stage / inside).symlink_to(elsewhere)
+    assert cli(["run", str(config)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert re.search(rf"run/ingest/{inside} is a symlink to .*elsewhere: tokenmill reads, writes, moves and deletes", err), err
+    assert files_under(elsewhere) == before
+
+
+def test_listing_a_run_folder_never_enters_a_symlink(tmp_path):
+    """`storage.list_tree`, which every listing of a run folder uses: a link is listed as itself and not followed
+    (pyarrow's FileSelector lists the linked folder's files as if they were below)."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "theirs").write_bytes(b"x")
+    (tmp_path / "stage" / "shards").mkdir(parents=True)
+    (tmp_path / "stage" / "shards" / "ours").write_bytes(b"y")
+    (tmp_path / "stage" / "dropped").symlink_to(tmp_path / "elsewhere")
+    fs = pafs.LocalFileSystem()
+    through = [i.path for i in fs.get_file_info(pafs.FileSelector(str(tmp_path / "stage"), recursive=True))]
+    assert str(tmp_path / "stage" / "dropped" / "theirs") in through  # what the runner used to list
+    listed = {i.path: i.type for i in storage.list_tree(fs, str(tmp_path / "stage"), recursive=True)}
+    assert listed == {str(tmp_path / "stage" / "dropped"): pafs.FileType.Unknown,
+                      str(tmp_path / "stage" / "shards"): pafs.FileType.Directory,
+                      str(tmp_path / "stage" / "shards" / "ours"): pafs.FileType.File}
+    assert storage.list_tree(fs, str(tmp_path / "missing")) == []
 
 
 # ----------------------------------------------------------------------------------- 3. never touch what is not ours

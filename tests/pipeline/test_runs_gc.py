@@ -15,7 +15,8 @@ from tokenmill.cli import main as cli
 from tokenmill.pipeline import runfolder, storage
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.generations import DELETING, GcError, collect, disk_usage, find_restorable
-from tokenmill.pipeline.resume import KEY_FILE, diff_values, explain_change
+from tokenmill.pipeline.resume import diff_values, explain_change
+from tokenmill.pipeline.runfolder import KEY_FILE
 from tokenmill.pipeline.runner import run_pipeline
 
 

@@ -18,7 +18,8 @@ from tokenmill.pipeline.manifest import MANIFEST, content_hash
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import digest
 from tokenmill.pipeline.commit import damaged_files
-from tokenmill.pipeline.resume import KEY_FILE, SUPERSEDED, diff_values
+from tokenmill.pipeline.resume import diff_values
+from tokenmill.pipeline.runfolder import KEY_FILE, SUPERSEDED
 
 log = logging.getLogger(__name__)
 

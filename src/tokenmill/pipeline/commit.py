@@ -153,8 +153,7 @@ def damaged_files(fs: pafs.FileSystem, stage_dir: str, stage_key: dict) -> list[
     from tokenmill.pipeline.manifest import unsafe_path
 
     damaged = []
-    for phase_dir in fs.get_file_info(pafs.FileSelector(storage.join(stage_dir, "_work", "commits"),
-                                                        recursive=False, allow_not_found=True)):
+    for phase_dir in storage.list_tree(fs, storage.join(stage_dir, "_work", "commits")):
         if phase_dir.type != pafs.FileType.Directory:
             continue
         for path in storage.list_files(fs, phase_dir.path, ".json"):

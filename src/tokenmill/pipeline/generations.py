@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline import runfolder, storage
 from tokenmill.pipeline.commit import damaged_files
-from tokenmill.pipeline.resume import KEY_FILE, SUPERSEDED
+from tokenmill.pipeline.runfolder import KEY_FILE, SUPERSEDED
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +86,16 @@ class Usage:
 
 
 def _size(fs: pafs.FileSystem, path: str) -> tuple[int, int]:
-    """(bytes, files) under a folder, or of one file."""
+    """(bytes, files) under a folder, or of one file; what a symlink below it leads to is not counted."""
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.File:
         return info.size or 0, 1
-    files = [i for i in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-             if i.type == pafs.FileType.File]
+    files = [i for i in storage.list_tree(fs, path, recursive=True) if i.type == pafs.FileType.File]
     return sum(i.size or 0 for i in files), len(files)
 
 
 def _entries(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
-    return sorted(fs.get_file_info(pafs.FileSelector(folder, recursive=False, allow_not_found=True)),
-                  key=lambda i: i.base_name)
+    return sorted(storage.list_tree(fs, folder), key=lambda i: i.base_name)
 
 
 def _stage_usage(fs: pafs.FileSystem, folder: str, name: str) -> StageUsage:
@@ -181,6 +179,9 @@ def find_restorable(fs: pafs.FileSystem, root: str, stage: str, key: dict[str, A
         folder = storage.join(root, SUPERSEDED, name, stage)
         if not runfolder.stage_is_ours(fs, folder):
             continue
+        link = runfolder.link_below(fs, folder)
+        if link is not None:  # its key, manifest and files would be read, and then written, through the link
+            raise runfolder.RunFolderError(runfolder.link_message(link))
         previous = storage.read_json(fs, storage.join(folder, KEY_FILE))
         if not isinstance(previous, dict) or previous.get("key") != key:
             continue

@@ -8,10 +8,9 @@ from typing import Any, Sequence
 
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
-from tokenmill.pipeline.runfolder import KEY_FILE, SUPERSEDED, stage_is_ours  # noqa: F401 - KEY_FILE is re-exported
+from tokenmill.pipeline.runfolder import SUPERSEDED, stage_is_ours
 
 log = logging.getLogger(__name__)
-
 
 
 def stage_key(stage: str, identity: dict[str, Any], input_hash: str, stamp: Any = None) -> dict[str, Any]:

@@ -51,7 +51,6 @@ SUPERSEDED = "_superseded"
 """Where `resume.supersede` moves replaced stage output, one generation folder per move."""
 LOGS_DIR = "_logs"
 """One JSON record per stage run (`runner._log_record`)."""
-LEGACY_KEY = KEY_FILE
 OWN_ROOT_ENTRIES = {ROOT_MARKER, LOCK_DIR, LOGS_DIR, SUPERSEDED}
 """Names at the root that only tokenmill writes (besides a folder per stage)."""
 
@@ -314,12 +313,25 @@ def is_link(fs: pafs.FileSystem, path: str) -> bool:
     return isinstance(fs, pafs.LocalFileSystem) and os.path.islink(path)
 
 
+def link_below(fs: pafs.FileSystem, folder: str) -> str | None:
+    """The first symlink (by path) at or below `folder`, found without following any; None when there is none.
+
+    Below a stage folder everything is tokenmill's own (it makes no symlinks; unchanged shards are hard links), so
+    a link there was put by someone else, and would lead the run's reads, writes and deletions to another folder."""
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return None
+    if os.path.islink(folder):
+        return folder
+    return next((i.path for i in storage.list_tree(fs, folder, recursive=True)
+                 if i.type == pafs.FileType.Unknown and os.path.islink(i.path)), None)
+
+
 def stage_is_ours(fs: pafs.FileSystem, stage_dir: str) -> bool:
     """A stage folder tokenmill made: its marker, or `_work/key.json` (runs from before the markers); never a symlink,
     which leads to a folder elsewhere (another run's, written then without its lock)."""
     if is_link(fs, stage_dir):
         return False
-    return storage.exists(fs, storage.join(stage_dir, STAGE_MARKER)) or storage.exists(fs, storage.join(stage_dir, LEGACY_KEY))
+    return storage.exists(fs, storage.join(stage_dir, STAGE_MARKER)) or storage.exists(fs, storage.join(stage_dir, KEY_FILE))
 
 
 def foreign_stage(fs: pafs.FileSystem, stage_dir: str) -> bool:
@@ -329,13 +341,24 @@ def foreign_stage(fs: pafs.FileSystem, stage_dir: str) -> bool:
         return True
     if stage_is_ours(fs, stage_dir):
         return False
-    return bool(fs.get_file_info(pafs.FileSelector(stage_dir, recursive=False, allow_not_found=True)))
+    return bool(storage.list_tree(fs, stage_dir))
+
+
+def stage_problem(fs: pafs.FileSystem, stage_dir: str) -> str | None:
+    """Why the run may not use this stage folder (a folder tokenmill did not make, or a symlink at or below it,
+    named), or None: checked before the run reads, writes, moves or deletes anything in it."""
+    if foreign_stage(fs, stage_dir):
+        return not_ours_message(stage_dir)
+    link = link_below(fs, stage_dir)
+    return link_message(link) if link else None
 
 
 def claim_stage(fs: pafs.FileSystem, stage_dir: str) -> None:
-    """Create the stage folder with its marker (an empty one is adopted), or check that the existing one is ours."""
-    if foreign_stage(fs, stage_dir):
-        raise RunFolderError(not_ours_message(stage_dir))
+    """Create the stage folder with its marker (an empty one is adopted), or check that the existing one is ours
+    and holds no symlink."""
+    problem = stage_problem(fs, stage_dir)
+    if problem:
+        raise RunFolderError(problem)
     if not storage.exists(fs, storage.join(stage_dir, STAGE_MARKER)):
         storage.write_bytes(fs, storage.join(stage_dir, STAGE_MARKER), b"made by tokenmill; the runner may move or "
                             b"clean this folder\n")
@@ -343,16 +366,17 @@ def claim_stage(fs: pafs.FileSystem, stage_dir: str) -> None:
 
 def not_ours_message(folder: str) -> str:
     if os.path.islink(folder):
-        return _link_message(folder)
-    return (f"{folder} exists but tokenmill did not make it (no {STAGE_MARKER} marker and no {LEGACY_KEY}): tokenmill "
+        return link_message(folder)
+    return (f"{folder} exists but tokenmill did not make it (no {STAGE_MARKER} marker and no {KEY_FILE}): tokenmill "
             f"never moves or deletes a folder it did not make. Move it out of the run folder, or choose another "
             f"`output`")
 
 
-def _link_message(path: str) -> str:
-    return (f"{path} is a symlink to {os.readlink(path)}: tokenmill writes, moves and deletes only folders inside "
-            f"the run folder, never through a link (it would change another folder, without its run's lock). "
-            f"Replace the link with a copy of the folder, or remove it")
+def link_message(path: str) -> str:
+    """The refusal of a symlink found where tokenmill keeps its own files, naming it and where it leads."""
+    return (f"{path} is a symlink to {os.readlink(path)}: tokenmill reads, writes, moves and deletes only folders "
+            f"inside the run folder, never through a link (it would read or change another folder, without its "
+            f"run's lock). Replace the link with a copy of what it leads to, or remove it")
 
 
 def _root_problem(fs: pafs.FileSystem, root: str) -> str | None:
@@ -363,10 +387,10 @@ def _root_problem(fs: pafs.FileSystem, root: str) -> str | None:
         return None
     if info.type != pafs.FileType.Directory:
         return f"{root} exists and is not a folder; `output` names the run folder tokenmill writes: choose a new path"
-    entries = fs.get_file_info(pafs.FileSelector(root, recursive=False))
+    entries = storage.list_tree(fs, root)
     linked = [e.path for e in entries if e.base_name in (LOCK_DIR, LOGS_DIR, SUPERSEDED) and is_link(fs, e.path)]
     if linked:
-        return _link_message(linked[0])
+        return link_message(linked[0])
     if not entries or storage.exists(fs, storage.join(root, ROOT_MARKER)):
         return None
     if all(e.base_name in OWN_ROOT_ENTRIES for e in entries):

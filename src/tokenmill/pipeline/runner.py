@@ -34,7 +34,8 @@ from tokenmill.pipeline.executor import run_tasks
 from tokenmill.pipeline.generations import find_restorable, restore
 from tokenmill.pipeline.ray_cluster import cluster_cpus, ray_session
 from tokenmill.pipeline.registry import build_stages, stage_order
-from tokenmill.pipeline.resume import KEY_FILE, explain_change, stage_key, supersede
+from tokenmill.pipeline.resume import explain_change, stage_key, supersede
+from tokenmill.pipeline.runfolder import KEY_FILE
 from tokenmill.pipeline.tasks import TaskEnv
 from tokenmill.errors import StageFailed
 
@@ -112,9 +113,11 @@ def run_pipeline(
     # One driver per run folder: the lock is taken before anything is read to decide what to do, and held to the end.
     with runfolder.hold(fs, root) as lock:
         for name in names:
-            stage_dir = storage.join(root, name)
-            if runfolder.foreign_stage(fs, stage_dir):
-                raise runfolder.RunFolderError(runfolder.not_ours_message(stage_dir))
+            # A folder tokenmill did not make, or a symlink at or below a stage folder, stops the run here: before
+            # anything is read, written, moved or deleted through it.
+            problem = runfolder.stage_problem(fs, storage.join(root, name))
+            if problem:
+                raise runfolder.RunFolderError(problem)
         if selected[0] > 0:
             _check_earlier(fs, root, stages, selected[0])
         with ray_session(ray_address or config.execution.ray_address):
@@ -333,17 +336,20 @@ def _check_record_paths(record: dict, where: str) -> None:
 
 
 def _remove_leftovers(fs, stage_dir: str, records: dict[str, dict]) -> None:
-    """Delete what killed attempts left: temporary folders, and shard files no record names."""
-    storage.remove_tree(fs, storage.join(stage_dir, "_work", "tmp"))
-    # A kill between writing a record (or key.json, or the manifest) under its temporary name and moving it.
-    for info in fs.get_file_info(pafs.FileSelector(stage_dir, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.File and info.path.endswith(".tmp"):
-            fs.delete_file(info.path)
+    """Delete what killed attempts left: temporary folders, temporary files, and shard files no record names.
+
+    One listing from the stage folder down, which never enters a symlink (`storage.list_tree`): a link in the stage
+    folder (refused before the stage ran) leads to files that are not the run's to delete."""
+    storage.remove_tree(fs, storage.join(stage_dir, "_work", "tmp"))  # a link there goes, never what it leads to
     committed = {storage.join(stage_dir, f["path"]) for r in records.values() for f in r["files"]}
-    for folder in (SHARDS, DROPPED):
-        for path in storage.list_files(fs, storage.join(stage_dir, folder)):
-            if path not in committed:
-                fs.delete_file(path)
+    shard_folders = {storage.join(stage_dir, SHARDS), storage.join(stage_dir, DROPPED)}
+    for info in storage.list_tree(fs, stage_dir, recursive=True):
+        if info.type != pafs.FileType.File:
+            continue
+        # A kill between writing a record (or key.json, or the manifest) under its temporary name and moving it;
+        # or a shard file written by an attempt that never committed.
+        if info.path.endswith(".tmp") or (info.path.rsplit("/", 1)[0] in shard_folders and info.path not in committed):
+            fs.delete_file(info.path)
 
 
 def _log_record(fs, root: str, report: StageReport) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -72,11 +74,47 @@ def remove_tree(fs: pafs.FileSystem, path: str) -> None:
         fs.delete_dir(path)
 
 
+def list_tree(fs: pafs.FileSystem, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
+    """What a folder holds (everything below it when `recursive`), sorted by path; never anything through a symlink.
+
+    Every listing of a run folder goes through here: pyarrow's `FileSelector` follows symlinks on local disk, so a
+    link inside a stage folder would list the files of the folder it leads to, and the runner would delete them as
+    leftovers. Here a link below `path` is listed as itself (`FileType.Unknown`) and never entered; `path` itself
+    is the folder the caller named (an `output` may be a link to the run folder). A missing folder lists as
+    nothing. An object store has no links: pyarrow lists it.
+    """
+    if not isinstance(fs, pafs.LocalFileSystem):
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
+        return sorted(infos, key=lambda i: i.path)
+    out: list[pafs.FileInfo] = []
+    stack = [path.rstrip("/") or "/"]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as found:
+                entries = list(found)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            where = join(folder, entry.name)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed since the folder was read
+            if stat.S_ISDIR(st.st_mode):
+                out.append(pafs.FileInfo(where, pafs.FileType.Directory, mtime_ns=st.st_mtime_ns))
+                if recursive:
+                    stack.append(where)
+            elif stat.S_ISREG(st.st_mode):
+                out.append(pafs.FileInfo(where, pafs.FileType.File, mtime_ns=st.st_mtime_ns, size=st.st_size))
+            else:  # a symlink (or a socket, a fifo): never entered, never read
+                out.append(pafs.FileInfo(where, pafs.FileType.Unknown))
+    return sorted(out, key=lambda i: i.path)
+
+
 def list_files(fs: pafs.FileSystem, path: str, suffix: str = "") -> list[str]:
-    if not exists(fs, path):
-        return []
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
-    return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(suffix))
+    """The plain files in a folder (not below it) whose names end with `suffix`, sorted; never through a link."""
+    return [i.path for i in list_tree(fs, path) if i.type == pafs.FileType.File and i.path.endswith(suffix)]
 
 
 def move_tree(fs: pafs.FileSystem, source: str, dest: str) -> None:
@@ -89,8 +127,7 @@ def move_tree(fs: pafs.FileSystem, source: str, dest: str) -> None:
     if isinstance(fs, pafs.LocalFileSystem):
         fs.move(source, dest)
         return
-    infos = fs.get_file_info(pafs.FileSelector(source, recursive=True))
-    files = sorted(i.path for i in infos if i.type == pafs.FileType.File)
+    files = [i.path for i in list_tree(fs, source, recursive=True) if i.type == pafs.FileType.File]
     for path in files:
         target = join(dest, path[len(source.rstrip("/")) + 1:])
         fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
