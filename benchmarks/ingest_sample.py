@@ -20,7 +20,7 @@ from pathlib import Path
 
 def plain_read(config) -> dict:
     """Every source file through its reader in this one process, nothing written: the floor any pipeline pays."""
-    from tokenmill.pipeline.config import source_files
+    from tokenmill.pipeline.patterns import source_files
     from tokenmill.readers import READERS
 
     docs = nbytes = 0
@@ -58,7 +58,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from tokenmill.demo import write_demo_corpus
-    from tokenmill.pipeline.config import load_config, source_files
+    from tokenmill.pipeline.config import load_config
+    from tokenmill.pipeline.patterns import source_files
     from tokenmill.pipeline.ray_cluster import start_local
 
     corpus = Path(args.dir) / f"corpus-{int(args.target_mb)}mb"

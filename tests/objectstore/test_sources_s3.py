@@ -22,7 +22,8 @@ from tests.s3server import free_port, running
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline import uris
 from tokenmill.pipeline.documents import digest
-from tokenmill.pipeline.config import expand_pattern, load_config, matched_files, parse_config
+from tokenmill.pipeline.config import load_config, parse_config
+from tokenmill.pipeline.patterns import expand_pattern, matched_files
 from tokenmill.pipeline.runner import run_pipeline
 
 pytestmark = pytest.mark.ray

@@ -8,7 +8,8 @@ import pytest
 from tests.conftest import write_jsonl
 from tokenmill.cli import main
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config import expand_pattern, load_config, parse_config, path_fields, source_files
+from tokenmill.pipeline.config import load_config, parse_config, path_fields
+from tokenmill.pipeline.patterns import expand_pattern, source_files
 from tokenmill.stages.clean.langid import LANGUAGE_NAMES, LangidConfig, canonical_language, model_languages
 
 

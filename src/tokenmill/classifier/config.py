@@ -9,8 +9,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, StrictInt, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config import SourceConfig, _expand_fields, expand_pattern, matched_files, pattern_problems, \
-    read_config, validate_config
+from tokenmill.pipeline.config import SourceConfig, _expand_fields, read_config, validate_config
+from tokenmill.pipeline.patterns import expand_pattern, matched_files, pattern_problems
 from tokenmill.pipeline.config_base import StrictModel
 from tokenmill.pipeline.contract import resolve
 from tokenmill.stages.clean.normalize import NormalizeConfig

@@ -36,7 +36,8 @@ from tokenmill.classifier.prepare import prepare
 from tokenmill.classifier.score import score_texts
 from tokenmill.digest import file_sha256
 from tokenmill.errors import TokenmillError
-from tokenmill.pipeline.config import SourceConfig, source_files
+from tokenmill.pipeline.config import SourceConfig
+from tokenmill.pipeline.patterns import source_files
 from tokenmill.pipeline.documents import canonical_json
 from tokenmill.readers import READERS
 from tokenmill.readers.base import check_unchanged, file_stamp
@@ -341,7 +342,7 @@ def train_classifier(config: ClassifierTrainConfig, reporter: TrainReporter | No
         "seed": config.seed,
         "valid_fraction": config.valid_fraction,
         "inputs": [vars(i) for i in inputs],
-        "counts": {"read": len(examples), **removed, "train": _label_counts(train, config),
+        "counts": {"read": len(examples), **removed, "train": train_counts,
                    "valid": _label_counts(valid, config)},
         "valid": report,
         "warnings": warnings,

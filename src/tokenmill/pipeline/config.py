@@ -16,9 +16,7 @@ from tokenmill.errors import ConfigError
 from tokenmill.pipeline import registry, uris
 from tokenmill.pipeline.config_base import StageConfig, StrictModel, expand_path, load_yaml
 from tokenmill.pipeline.contract import SourceStage, config_paths, resolve
-# Re-exported: the source patterns' files were this module's before `patterns` held them, and callers import them here.
-from tokenmill.pipeline.patterns import (checked_matches, expand_pattern, matched_files, pattern_base,  # noqa: F401
-                                         pattern_problems, source_files)
+from tokenmill.pipeline.patterns import checked_matches, matched_files
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

@@ -60,56 +60,56 @@ def pattern_problems(config: RunConfig, pattern: str) -> list[str]:
 
     For an object-store URI: why it cannot be listed (the store does not answer, a wildcard in the bucket name,
     a scheme tokenmill does not read), before any work starts."""
-    if uris.is_remote(pattern):
-        return checked_matches(config, pattern)[0]
-    full = str(config.resolve(uris.local_part(pattern)))
-    if not uris.is_glob(full):
-        return []  # a file named outright is the configured path itself, wherever a symlink takes it
-    base = pattern_base(full)
-    if "**" in full and base.is_dir():
-        loop = _symlink_loop(base)
-        if loop is not None:
-            return [f"{pattern!r} walks through a symlink loop: {loop} -> {os.readlink(loop) if loop.is_symlink() else '?'} "
-                    f"leads back to a folder it is in; remove the link or use a pattern without '**'"]
-    problems = []
-    real_base = base.resolve()
-    for match in sorted(glob.glob(full, recursive=True)):
-        if os.path.isdir(match):
-            continue
-        if not os.path.exists(match):
-            problems.append(f"{match} is a broken symlink or a symlink loop (it leads to no file)")
-        elif not Path(match).resolve().is_relative_to(real_base):
-            problems.append(f"{match} is a symlink to {Path(match).resolve()}, outside {real_base} where the pattern "
-                            f"looks; name that file in paths if it is meant to be read")
-    return problems
+    return checked_matches(config, pattern)[0]
 
 
 def checked_matches(config: RunConfig, pattern: str) -> tuple[list[str], list[Path] | list[str]]:
-    """`pattern_problems` and, when there are none, `expand_pattern`: an object-store pattern listed once for both."""
+    """Why the pattern's files cannot be read safely (empty when they can) and, when they can, the files: one
+    listing for both, each local match's real path resolved once (validation once resolved it three times)."""
     if uris.is_remote(pattern):
         try:
             return [], uris.glob_remote(pattern)
         except (OSError, ValueError) as err:
             return [str(err)], []
-    trouble = pattern_problems(config, pattern)
-    return trouble, ([] if trouble else expand_pattern(config, pattern))
+    full = str(config.resolve(uris.local_part(pattern)))
+    if not uris.is_glob(full):
+        # A file named outright is the configured path itself, wherever a symlink takes it.
+        real = Path(os.path.realpath(full))
+        return [], ([real] if real.is_file() else [])
+    base = pattern_base(full)
+    if "**" in full and base.is_dir():
+        loop = _symlink_loop(base)
+        if loop is not None:
+            return [f"{pattern!r} walks through a symlink loop: {loop} -> {os.readlink(loop) if loop.is_symlink() else '?'} "
+                    f"leads back to a folder it is in; remove the link or use a pattern without '**'"], []
+    problems, files = [], []
+    real_base = Path(os.path.realpath(base))
+    for match in sorted(glob.glob(full, recursive=True)):
+        real = Path(os.path.realpath(match))
+        if real.is_dir():
+            continue
+        if not real.exists():
+            problems.append(f"{match} is a broken symlink or a symlink loop (it leads to no file)")
+        elif not real.is_relative_to(real_base):
+            problems.append(f"{match} is a symlink to {real}, outside {real_base} where the pattern looks; name that "
+                            f"file in paths if it is meant to be read")
+        elif real.is_file():
+            files.append(real)
+    return problems, ([] if problems else sorted(files))
 
 
 def expand_pattern(config: RunConfig, pattern: str) -> list[Path] | list[str]:
-    """The files a pattern matches, sorted: local `Path`s, or object URIs (`str`) for an object-store pattern."""
-    if uris.is_remote(pattern):
-        return uris.glob_remote(pattern)
-    full = str(config.resolve(uris.local_part(pattern)))
-    return sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+    """The files a pattern matches, sorted: local ones by real path (`Path`), object URIs (`str`) for an object-store
+    pattern; none when they cannot be read safely (`pattern_problems` says why)."""
+    return checked_matches(config, pattern)[1]
 
 
 def matched_files(config: RunConfig, source: SourceConfig,
                   listed: Mapping[str, Iterable[Path | str]] | None = None) -> list[Path | str]:
-    """The files the source's patterns match (local ones resolved, objects by URI), sorted and without repeats.
+    """The files the source's patterns match (local ones by real path, objects by URI), sorted and without repeats.
     `listed`: patterns' matches already listed (`expand_pattern`'s, or `uris.list_objects`'), not listed again."""
     listed = listed or {}
-    found = {f if isinstance(f, str) else f.resolve() for pattern in source.paths
-             for f in (listed[pattern] if pattern in listed else expand_pattern(config, pattern))}
+    found = {f for pattern in source.paths for f in (listed[pattern] if pattern in listed else expand_pattern(config, pattern))}
     return sorted(found, key=uris.sort_key)
 
 

@@ -536,7 +536,7 @@ def output_problems(config: "RunConfig", listed: "dict[str, Any] | None" = None)
             matched = _matches(config, pattern, listed)
             # A file matched now that lies in the output folder, however the pattern reached it (a symlinked folder
             # on its way): the run would read it back.
-            inside = next((f for f in matched if Path(os.path.realpath(f)).is_relative_to(out)), None)
+            inside = next((f for f in matched if Path(f).is_relative_to(out)), None)  # matches are real paths
             if inside is not None:
                 problems.append(f"  {key}: {pattern!r} matches files under its output folder {shown} (e.g. {inside}): "
                                 f"each run would read its own output again. Put `output` outside the sources' "
@@ -552,9 +552,9 @@ def _matches(config: "RunConfig", pattern: str, listed: "dict[str, Any] | None")
     """The files a local pattern matches (as listed by validation, or listed now); none when it is unsafe to list."""
     if listed is not None and pattern in listed:
         return list(listed[pattern])
-    from tokenmill.pipeline.patterns import expand_pattern, pattern_problems
+    from tokenmill.pipeline.patterns import expand_pattern
 
-    return [] if pattern_problems(config, pattern) else expand_pattern(config, pattern)
+    return expand_pattern(config, pattern)
 
 
 def _first_shard(config: "RunConfig", source, listed: "dict[str, Any] | None", matched: list) -> str | None:

@@ -75,7 +75,7 @@ def shard_name(task_key: str, part: int) -> str:
 def list_source_files(config) -> list[SourceFile]:
     """Every input file of every source, in config order then path order. An object (a URI) is listed by its URI,
     its key below the source's root, and the size and mtime its store's listing gives (`uris.list_objects`)."""
-    from tokenmill.pipeline.config import source_files
+    from tokenmill.pipeline.patterns import source_files
 
     out = []
     for source in config.sources:
