@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -e '.[pipeline,test]' -c constraints.txt
 	# The one fastText binding (fasttext-numpy2) trains and predicts; this fails, saying how to repair it, if another
 	# package's fasttext/ files replaced it.
-	$(BIN)/python -c 'from tokenmill.classifier.fasttext_model import fasttext_module; fasttext_module()'
+	$(BIN)/python -c 'from tokenmill.fasttext.binding import fasttext_module; fasttext_module()'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -89,10 +89,10 @@ def texts_to_score(root: Path, target_mb: float) -> tuple[list[str], list[str]]:
     """(texts, sources): `target_mb` of other prose and pages, as the clean chain hands them to the filter."""
     from tokenmill.classifier.train import as_clean_hands_on
     from tokenmill.demo.format_files import FORMAT_SOURCES
-    from tokenmill.pipeline.config import SourceConfig
-    from tokenmill.readers import READERS
-    from tokenmill.stages.clean.normalize import NormalizeConfig
-    from tokenmill.stages.clean.pii import PiiConfig
+    from tokenmill.sources.config import SourceConfig
+    from tokenmill.sources.formats import READERS
+    from tokenmill.text.normalize import NormalizeConfig
+    from tokenmill.text.pii import PiiConfig
 
     texts, sources = [], []
     for name, fmt in (("prose", "pile"), ("pages", "cc_wet")):
@@ -124,7 +124,7 @@ def main() -> int:
     import pyarrow as pa
 
     from tokenmill.classifier.prepare import predict_line, prepare
-    from tokenmill.classifier.score import load_model
+    from tokenmill.fasttext.binding import load_model
     from tokenmill.classifier.sidecar import preparation
     from tokenmill.stages.clean.chain import Chain
     from tokenmill.stages.clean.config import CleanConfig

@@ -43,7 +43,7 @@ BATCH = 5_000
 
 
 def run_stage(files: list[Path]) -> tuple[dict, list[str], list]:
-    from tokenmill.pipeline.config import SourceConfig
+    from tokenmill.sources.config import SourceConfig
     from tokenmill.pipeline.contract import RunContext
     from tokenmill.stages.clean.config import CleanConfig
     from tokenmill.stages.clean.stage import CleanStage
@@ -102,7 +102,7 @@ def measure_stage(folder: Path, quick_chars: int | None = None) -> dict:
     from tokenmill.pipeline.columns import with_fallbacks
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.map_phase import split_and_write
-    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.pipeline.config import build_stages
     from tokenmill.pipeline.stats import text_bytes
 
     class Memory:  # the task context's `write`, into memory: the disk is not what is measured
@@ -186,7 +186,7 @@ def main() -> int:
     mix = scale_mix(args)
 
     from tokenmill.demo import write_format_files
-    from tokenmill.stages.clean.quality import QualityConfig
+    from tokenmill.text.quality import QualityConfig
 
     folder = Path(args.dir) / f"clean-jsonl-{int(args.target_mb)}mb"
     if not (folder / ".complete").exists():

@@ -53,7 +53,7 @@ def read_jsonl(files: list[Path]) -> tuple[list[str], list[str]]:
 
 
 def run_tokenmill(files: list[Path], config) -> tuple[dict, list[str], list[str | None]]:
-    from tokenmill.stages.clean.quality import quality
+    from tokenmill.text.quality import quality
 
     (ids, texts), read_wall, read_cpu = timed(lambda: read_jsonl(files))
     (_, reasons), wall, cpu = timed(lambda: quality(texts, ["en"] * len(texts), config))
@@ -98,7 +98,7 @@ def jsonl_reader(folder: Path):
 def run_datatrove(folder: Path, config, workdir: Path) -> tuple[dict, set[str]]:
     from datatrove.executor import LocalPipelineExecutor
 
-    from tokenmill.stages.clean.quality import datatrove_filters
+    from tokenmill.text.quality import datatrove_filters
 
     kept: set[str] = set()
 
@@ -128,7 +128,7 @@ def main() -> int:
     from importlib.metadata import version
 
     from tokenmill.demo import write_format_files
-    from tokenmill.stages.clean.quality import QualityConfig
+    from tokenmill.text.quality import QualityConfig
 
     folder = Path(args.dir) / f"clean-filters-jsonl-{int(args.target_mb)}mb"
     if not (folder / ".complete").exists():

@@ -65,6 +65,55 @@ def best_rate(fn, count: int, repeats: int) -> float:
     return round(count / best, 1)
 
 
+def datasketch_rates(docs: list[str], num_perm: int, repeats: int) -> dict:
+    """datasketch's MinHash three ways: per document, per document with shared permutations, and in bulk."""
+    import xxhash
+    from datasketch import MinHash
+
+    n = len(docs)
+
+    def ds_update_batch():
+        for d in docs:
+            m = MinHash(num_perm=num_perm)
+            m.update_batch([s.encode("utf-8") for s in py_shingles(d)])
+            m.digest()
+
+    template = MinHash(num_perm=num_perm)
+
+    def ds_update_batch_shared_perms():
+        for d in docs:
+            m = MinHash(num_perm=num_perm, permutations=template.permutations, scheme="affine32")
+            m.update_batch([s.encode("utf-8") for s in py_shingles(d)])
+            m.digest()
+
+    def ds_bulk_xxh32():
+        MinHash.bulk([[s.encode("utf-8") for s in py_shingles(d)] for d in docs], num_perm=num_perm,
+                     hashfunc=xxhash.xxh32_intdigest)
+
+    return {"datasketch_update_batch": best_rate(ds_update_batch, n, repeats),
+            "datasketch_update_batch_shared_perms": best_rate(ds_update_batch_shared_perms, n, repeats),
+            "datasketch_bulk_xxh32": best_rate(ds_bulk_xxh32, n, repeats)}
+
+
+def rensa_rates(docs: list[str], num_perm: int, repeats: int) -> dict:
+    """rensa's RMinHash per document and as one digest matrix."""
+    from rensa import RMinHash
+
+    n = len(docs)
+
+    def rensa_per_doc():
+        for d in docs:
+            m = RMinHash(num_perm=num_perm, seed=42)
+            m.update(py_shingles(d))
+            m.digest()
+
+    def rensa_digest_matrix():
+        RMinHash.digest_matrix_from_token_sets([py_shingles(d) for d in docs], num_perm, 42)
+
+    return {"rensa_per_doc": best_rate(rensa_per_doc, n, repeats),
+            "rensa_digest_matrix": best_rate(rensa_digest_matrix, n, repeats)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=2000)
@@ -103,44 +152,9 @@ def main() -> None:
         r["tokenmill_per_doc_shingling"] = best_rate(
             lambda: hasher.signatures([shingle_hashes(d, None) for d in docs]), n, args.repeats)
         if result["versions"]["datasketch"]:
-            import xxhash
-            from datasketch import MinHash
-
-            def ds_update_batch():
-                for d in docs:
-                    m = MinHash(num_perm=num_perm)
-                    m.update_batch([s.encode("utf-8") for s in py_shingles(d)])
-                    m.digest()
-
-            template = MinHash(num_perm=num_perm)
-
-            def ds_update_batch_shared_perms():
-                for d in docs:
-                    m = MinHash(num_perm=num_perm, permutations=template.permutations, scheme="affine32")
-                    m.update_batch([s.encode("utf-8") for s in py_shingles(d)])
-                    m.digest()
-
-            def ds_bulk_xxh32():
-                MinHash.bulk([[s.encode("utf-8") for s in py_shingles(d)] for d in docs], num_perm=num_perm,
-                             hashfunc=xxhash.xxh32_intdigest)
-
-            r["datasketch_update_batch"] = best_rate(ds_update_batch, n, args.repeats)
-            r["datasketch_update_batch_shared_perms"] = best_rate(ds_update_batch_shared_perms, n, args.repeats)
-            r["datasketch_bulk_xxh32"] = best_rate(ds_bulk_xxh32, n, args.repeats)
+            r.update(datasketch_rates(docs, num_perm, args.repeats))
         if result["versions"]["rensa"]:
-            from rensa import RMinHash
-
-            def rensa_per_doc():
-                for d in docs:
-                    m = RMinHash(num_perm=num_perm, seed=42)
-                    m.update(py_shingles(d))
-                    m.digest()
-
-            def rensa_digest_matrix():
-                RMinHash.digest_matrix_from_token_sets([py_shingles(d) for d in docs], num_perm, 42)
-
-            r["rensa_per_doc"] = best_rate(rensa_per_doc, n, args.repeats)
-            r["rensa_digest_matrix"] = best_rate(rensa_digest_matrix, n, args.repeats)
+            r.update(rensa_rates(docs, num_perm, args.repeats))
         if "datasketch_update_batch" in r:
             r["tokenmill_vs_datasketch_update_batch"] = round(r["tokenmill_batched"] / r["datasketch_update_batch"], 2)
         if "rensa_per_doc" in r:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.readers.base import open_source
 from tokenmill.readers.html import PayloadProblem, decode_html, extractor
 from tokenmill.readers.warc import html_payload, record_meta

@@ -20,8 +20,8 @@ from pathlib import Path
 
 def plain_read(config) -> dict:
     """Every source file through its reader in this one process, nothing written: the floor any pipeline pays."""
-    from tokenmill.pipeline.patterns import source_files
-    from tokenmill.readers import READERS
+    from tokenmill.sources.patterns import source_files
+    from tokenmill.sources.formats import READERS
 
     docs = nbytes = 0
     start = time.perf_counter()
@@ -59,7 +59,7 @@ def main() -> int:
 
     from tokenmill.demo import write_demo_corpus
     from tokenmill.pipeline.config import load_config
-    from tokenmill.pipeline.patterns import source_files
+    from tokenmill.sources.patterns import source_files
     from tokenmill.pipeline.ray_cluster import start_local
 
     corpus = Path(args.dir) / f"corpus-{int(args.target_mb)}mb"

@@ -23,7 +23,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from tokenmill.tokenize import tokens_json  # noqa: E402
+from tokenmill.tokenize import bundle, tokens_json  # noqa: E402
 from tokenmill.tokenize.indexed import IndexedWriter  # noqa: E402
 
 SOURCES = {"web": 0.6, "books": 0.3, "code": 0.1}
@@ -36,7 +36,7 @@ def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int
     sha256 and the head's in tokens.json. Reused when present. benchmarks/streaming.py reads the same kind of data."""
     path = root / tokens_json.FILE
     try:
-        reuse = path.exists() and all("head" in f or f["tokens"] * 2 <= tokens_json.HEAD_BYTES
+        reuse = path.exists() and all("head" in f or f["tokens"] * 2 <= bundle.HEAD_BYTES
                                       for f in tokens_json.read(path).files("train"))
     except tokens_json.DataError:  # an older version's index ("sha256": "random") that tokens.json now refuses
         reuse = False
@@ -64,7 +64,7 @@ def write_dataset(root: Path, total_tokens: int, seed: int = 0, file_tokens: int
             entries.append({"prefix": prefix, "documents": int(len(lengths)), "tokens": n,
                             "by_source": {source: {"documents": int(len(lengths)), "tokens": n}},
                             "sha256": {ext: hashlib.sha256(raw).hexdigest() for ext, raw in data.items()}})
-            if (head := tokens_json.head_record(data[".bin"])) is not None:
+            if (head := bundle.head_record(data[".bin"])) is not None:
                 entries[-1]["head"] = head
             left -= n
             part += 1

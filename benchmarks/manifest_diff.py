@@ -69,7 +69,7 @@ def write_runs(folder: Path, n_docs: int, rate: float) -> dict:
     import pyarrow as pa
 
     from tokenmill.pipeline import storage
-    from tokenmill.pipeline.config_base import StageConfig
+    from tokenmill.config_base import StageConfig
     from tokenmill.pipeline.contract import RunContext, Stage
     from tokenmill.pipeline.manifest import build_content, write_manifest
     from tokenmill.pipeline.map_phase import split_and_write

@@ -27,7 +27,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from tokenmill.pipeline.config import load_config
-    from tokenmill.readers import READERS
+    from tokenmill.sources.formats import READERS
 
     config = load_config(args.config)
     source = next((s for s in config.sources if s.name == args.source), None)

@@ -41,8 +41,8 @@ def decompress_only(files: list[Path]) -> float:
 
 
 def run_reader(fmt: str, files: list[Path], options: dict) -> dict:
-    from tokenmill.pipeline.config import SourceConfig
-    from tokenmill.readers import READERS
+    from tokenmill.sources.config import SourceConfig
+    from tokenmill.sources.formats import READERS
 
     source = SourceConfig(name="bench", format=fmt, paths=["x"], **options)
     docs = dropped = nbytes = 0

@@ -438,23 +438,11 @@ def main() -> int:
     # tokenmill's sides (stream, fill, warm, local alike, so warm against local compares one order): a block shuffle
     # by token file, windows of --shuffle-window blocks; the others shuffle their own way (MosaicML Streaming in
     # blocks that fit the cache, below; litdata chunk by chunk).
-    block = "file" if args.shuffle_block == "file" else int(args.shuffle_block)
-    if block:
-        common.update(tm_shuffle_block=block, tm_shuffle_window=args.shuffle_window)
-    if args.prefetch_bytes:
-        common.update(tm_prefetch_bytes=args.prefetch_bytes)
-        result["tokenmill_prefetch_bytes"] = args.prefetch_bytes
-    result["tokenmill_shuffle"] = {"shuffle_block": block, "shuffle_window": args.shuffle_window} if block else "global"
+    tokenmill_options(args, common, result)
     env_base = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env_base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env_base.get("PYTHONPATH")) if p)
     if python:  # the competitors' formats, written once beside the token files
-        for name, code, extra in (("mds", MOSAIC_SIDE, {"shard_bytes": largest}),
-                                  ("litdata_samples", LITDATA_SIDE, {"chunk_samples": samples_per_file})):
-            out = data / name
-            if not (out / "index.json").exists():
-                shutil.rmtree(out, ignore_errors=True)
-                run_side(python, code, {**common, **extra, "mode": "prepare", "out": str(out),
-                                        "streams": streams}, env_base)
+        prepare_formats(python, data, common, streams, env_base, largest, samples_per_file)
 
     # A SIGTERM (a runner's timeout) unwinds through `finally`, so the server child is stopped, not left listening.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -526,6 +514,45 @@ def main() -> int:
             "litdata": largest_unit(data / "litdata_samples")}
     result["contenders"] = {name: summarize(r, sample_bytes, cache_bytes + unit[name] if name in unit else None)
                             for name, r in runs.items() if r}
+    compare(result)
+    add_failures(result, failed_tries, errors)
+    print(json.dumps(result, indent=1))
+    return 1 if errors else 0
+
+
+def add_failures(result: dict, failed_tries: dict[str, list[str]], errors: dict[str, str]) -> None:
+    """Each contender's failed tries (how many, the first one's error) and the errors that failed the benchmark."""
+    if failed_tries:
+        result["failed_tries"] = {n: len(t) for n, t in failed_tries.items()}
+        result["failed_try_errors"] = {n: t[0] for n, t in failed_tries.items()}
+    if errors:
+        result["errors"] = errors
+
+
+def tokenmill_options(args: argparse.Namespace, common: dict, result: dict) -> None:
+    """tokenmill's block shuffle and prefetch options, into every tokenmill side's settings and into the result."""
+    block = "file" if args.shuffle_block == "file" else int(args.shuffle_block)
+    if block:
+        common.update(tm_shuffle_block=block, tm_shuffle_window=args.shuffle_window)
+    if args.prefetch_bytes:
+        common.update(tm_prefetch_bytes=args.prefetch_bytes)
+        result["tokenmill_prefetch_bytes"] = args.prefetch_bytes
+    result["tokenmill_shuffle"] = {"shuffle_block": block, "shuffle_window": args.shuffle_window} if block else "global"
+
+
+def prepare_formats(python: str, data: Path, common: dict, streams: list, env: dict, shard_bytes: int,
+                    chunk_samples: int) -> None:
+    """Write MosaicML Streaming's and litdata's formats of the token files beside them, once (kept between runs)."""
+    for name, code, extra in (("mds", MOSAIC_SIDE, {"shard_bytes": shard_bytes}),
+                              ("litdata_samples", LITDATA_SIDE, {"chunk_samples": chunk_samples})):
+        out = data / name
+        if not (out / "index.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            run_side(python, code, {**common, **extra, "mode": "prepare", "out": str(out), "streams": streams}, env)
+
+
+def compare(result: dict) -> None:
+    """The result's ratios between contenders (the fastest other loader named) and the acceptance checks."""
     c = result["contenders"]
     ratios = {}
     if "tokenmill_warm" in c and "tokenmill_local" in c:
@@ -549,13 +576,6 @@ def main() -> int:
         "warm_within_0.8_of_local": ratios["tokenmill_warm_vs_local"] >= 0.8
         if "tokenmill_warm_vs_local" in ratios else None,
         "peak_disk_within_cache_bytes_plus_one_file": c.get("tokenmill_stream", {}).get("peak_disk_within_bound")}
-    if failed_tries:
-        result["failed_tries"] = {n: len(t) for n, t in failed_tries.items()}
-        result["failed_try_errors"] = {n: t[0] for n, t in failed_tries.items()}
-    if errors:
-        result["errors"] = errors
-    print(json.dumps(result, indent=1))
-    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -41,14 +41,13 @@ def digest_tokens(out: Path) -> str:
 
 def doc_digests(out: Path) -> dict[str, bytes]:
     """Document id -> digest of its ids (the end-of-text id left off), from the stage's token files."""
-    import pyarrow.parquet as pq
-
-    from tokenmill.tokenize.indexed import IndexedReader
+    from tokenmill.tokenize import bundle
+    from tokenmill.tokenize.indexed import IDX, IndexedReader
 
     digests = {}
-    for idx in sorted((out / "tokenize").rglob("*.idx")):
-        prefix = str(idx)[: -len(".idx")]
-        ids = pq.read_table(prefix + ".docs.parquet", columns=["id"]).column("id").to_pylist()
+    for idx in sorted((out / "tokenize").rglob(f"*{IDX}")):
+        prefix = str(idx)[: -len(IDX)]
+        ids = bundle.read_docs(prefix + bundle.DOCS, columns=["id"]).column("id").to_pylist()
         for doc_id, seq in zip(ids, IndexedReader(prefix)):
             digests[doc_id] = hashlib.blake2b(seq[:-1].astype("int64").tobytes(), digest_size=16).digest()
     return digests
@@ -65,7 +64,7 @@ def encode_cpu(config_path: str) -> dict:
     import tokenmill
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.contract import Task, TaskContext
-    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.pipeline.config import build_stages
     from tokenmill.tokenize.fast_engine import tiktoken_encoding
     from tokenmill.tokenize.tokenizer import load_tokenizer
 

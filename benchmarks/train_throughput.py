@@ -38,7 +38,8 @@ from tokenmill.tokenize.indexed import build_index  # noqa: E402
 from tokenmill.train.config import parse_train_config  # noqa: E402
 from tokenmill.train.metrics import peak_tflops  # noqa: E402
 from tokenmill.train.model import OPTDecoder, model_config  # noqa: E402
-from tokenmill.train.trainer import Trainer, padded_vocab  # noqa: E402
+from tokenmill.train.run import padded_vocab  # noqa: E402
+from tokenmill.train.trainer import Trainer  # noqa: E402
 
 
 def write_tokens(root: Path, tokens: int, vocab: int) -> Path:
@@ -49,14 +50,15 @@ def write_tokens(root: Path, tokens: int, vocab: int) -> Path:
     lengths = np.full(tokens // 1000, 1000, dtype=np.int64)
     lengths[-1] += tokens - lengths.sum()
     data[np.cumsum(lengths) - 1] = 0
-    (root / "train" / "web.0000.bin").write_bytes(data.tobytes())
-    (root / "train" / "web.0000.idx").write_bytes(build_index(data.dtype, lengths))
+    files = {".bin": data.tobytes(), ".idx": build_index(data.dtype, lengths)}
+    for ext, raw in files.items():
+        (root / "train" / f"web.0000{ext}").write_bytes(raw)
     index = {"format": "megatron-mmidx", "version": 1, "dtype": str(data.dtype),
              "tokenizer": {"file": "tokenizer.json", "vocab_size": vocab, "eos_id": 0},
              "splits": {"train": {"documents": len(lengths), "tokens": tokens, "files": [
                  {"prefix": "train/web.0000", "documents": len(lengths), "tokens": tokens,
                   "by_source": {"web": {"documents": len(lengths), "tokens": tokens}},
-                  "sha256": {".bin": hashlib.sha256(data.tobytes()).hexdigest()}}]}}}
+                  "sha256": {ext: hashlib.sha256(raw).hexdigest() for ext, raw in files.items()}}]}}}
     (root / "tokens.json").write_text(json.dumps(index))
     return root / "tokens.json"
 

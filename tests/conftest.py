@@ -19,7 +19,7 @@ def _node_caches(tmp_path_factory):
     """The loader's node caches go to folders of the test session, never to ~/.cache: verified-file markers
     (tokenmill.loader.verify) and the streaming loader's token files (tokenmill.loader)."""
     from tokenmill.loader.loader import TOKEN_CACHE_ENV
-    from tokenmill.loader.verify import VERIFIED_CACHE_ENV
+    from tokenmill.markers import VERIFIED_CACHE_ENV
 
     mp = pytest.MonkeyPatch()
     mp.setenv(VERIFIED_CACHE_ENV, str(tmp_path_factory.mktemp("verified")))

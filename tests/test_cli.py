@@ -132,7 +132,8 @@ def test_report_contamination_prints_names_and_texts_as_text(tmp_path, capsys):
                "by_source": {f"{BOLD}src": {"(none)": {"items": 1}}}}
     report = {"evalsets": {f"{BOLD}set": evalset}, "hits": 1,
               "common_ngrams_ignored": [{"documents": 9, "text": f"a common {CLOSE} phrase"}]}
-    (run / "decontaminate" / "manifest.json").write_text(json.dumps({"content": {"report": report}}))
+    manifest = {"content": {"report": report, "shards": []}, "run_info": {}}  # read as any manifest is
+    (run / "decontaminate" / "manifest.json").write_text(json.dumps(manifest))
     assert main(["report", "contamination", str(run)]) == 0
     out = capsys.readouterr().out
     for literal in (f"{BOLD}set", f"{BOLD}src 1", f"a common {CLOSE} phrase", f"run{CLOSE}"):

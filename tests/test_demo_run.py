@@ -7,6 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from tests.loader.test_readme_example import run_example
 from tokenmill.demo import write_demo_corpus
 from tokenmill.pipeline.config import load_config
 from tokenmill.pipeline.runner import run_pipeline
@@ -221,3 +222,11 @@ def test_loader_serves_the_demo_tokens_and_explains_them(demo_run):
         assert piece.replace("<|endoftext|>", "") in doc
     assert batch["input_ids"].shape == (8, 64) and int(batch["input_ids"].max()) < index["tokenizer"]["vocab_size"]
 
+
+def test_the_readme_loader_example_runs_on_the_demo_run(demo_run, monkeypatch):
+    """The README's loader example as written, on a real demo run made here (it once needed `make demo` first and
+    was skipped silently without it)."""
+    _, config, _ = demo_run
+    assert (config.output_dir / "tokenize" / "tokens.json").is_file()
+    monkeypatch.setenv("TOKENMILL_VERIFIED_CACHE", "off")
+    run_example(config.output_dir)

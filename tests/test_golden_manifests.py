@@ -84,7 +84,7 @@ def _set_min_doc_words_default(value: int) -> None:
     embeds it (pydantic copies a nested model's defaults into its parents' validators)."""
     from tokenmill.pipeline.config import RunConfig, stages_config
     from tokenmill.stages.clean.config import CleanConfig, CleanOverride
-    from tokenmill.stages.clean.quality import GopherQualityConfig, QualityConfig
+    from tokenmill.text.quality import GopherQualityConfig, QualityConfig
 
     GopherQualityConfig.model_fields["min_doc_words"].default = value
     GopherQualityConfig.model_rebuild(force=True)
@@ -97,7 +97,7 @@ def _set_min_doc_words_default(value: int) -> None:
 
 @pytest.fixture
 def min_doc_words_200():
-    from tokenmill.stages.clean.quality import GopherQualityConfig
+    from tokenmill.text.quality import GopherQualityConfig
 
     old = GopherQualityConfig.model_fields["min_doc_words"].default
     _set_min_doc_words_default(200)
@@ -176,7 +176,7 @@ def test_each_long_token_file_records_the_sha256_of_its_head(demo_run):
     shorter one. The demo's book files are longer, its others shorter."""
     import hashlib
 
-    from tokenmill.tokenize.tokens_json import HEAD_BYTES
+    from tokenmill.tokenize.bundle import HEAD_BYTES
 
     index = json.loads((demo_run / "tokenize" / "tokens.json").read_text())
     heads = 0

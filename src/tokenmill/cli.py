@@ -34,7 +34,7 @@ def _say(label: str, text: str, style: str, *, whole: bool = False) -> None:
     """One line on stderr: `label` (`error:`, `interrupted`) in `style`, then `text` (in `style` too when `whole`),
     printed as it is (never read as rich markup), with any credentials in a URI redacted. Plain text when rich is
     not installed."""
-    from tokenmill.pipeline.uris import display_uri
+    from tokenmill.sources.uris import display_uri
 
     text = display_uri(text)
     try:
@@ -222,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--batch", type=int, help="the global batch index (position in the global order)")
     explain.add_argument("--paths", nargs="+", help="tokens.json files, if they moved since the state was saved")
     explain.add_argument("--json", action="store_true", help="print JSON only")
+    explain.add_argument("--allow-unhashed", action="store_true",
+                         help="read token files and sidecars with no sha256 in tokens.json unchecked (default: refused)")
     explain.set_defaults(func=cmd_loader_explain)
 
     demo = sub.add_parser("demo-data", help="write the generated demo corpus and DIR/demo.yaml")
@@ -303,7 +305,7 @@ class _Redacting(logging.Formatter):
     """Log records with any credentials in a URI redacted (`uris.display_uri`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from tokenmill.pipeline.uris import display_uri
+        from tokenmill.sources.uris import display_uri
 
         return display_uri(super().format(record))
 

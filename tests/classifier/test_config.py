@@ -40,6 +40,8 @@ BAD = {
     "dim beyond 1024": (lambda d: d["fasttext"].update(dim=100_000), "fasttext.dim: Input should be less than or equal to 1024"),
     "bucket beyond 10 million": (lambda d: d["fasttext"].update(bucket=10**9), "fasttext.bucket: Input should be less than or equal to 10000000"),
     "bucket x dim beyond 4 GB": (lambda d: d["fasttext"].update(dim=1000, bucket=2_000_000), "bucket x dim is 2,000,000 x 1000"),
+    # fastText spends about length x maxn^2 steps per word: the clean stage refuses models beyond 12 (model_file.py)
+    "maxn beyond 12": (lambda d: d["fasttext"].update(maxn=13), "fasttext.maxn: Input should be less than or equal to 12"),
     "epoch neither a number nor auto": (lambda d: d["fasttext"].update(epoch="many"), "fasttext.epoch: 'many' is neither"),
 }
 

@@ -20,17 +20,18 @@ from tokenmill import cli
 from tokenmill.classifier.config import FastTextOptions, PrepareOptions, load_train_config, parse_train_config
 from tokenmill.classifier.fit import TrainingFailed
 from tokenmill.classifier.prepare import prepare
-from tokenmill.classifier.score import load_model, score_texts
+from tokenmill.classifier.score import score_texts
 from tokenmill.classifier.train import Example, deduplicate, split_keys, train_classifier, valid_mask
-from tokenmill.readers import READERS
-from tokenmill.stages.clean.normalize import NormalizeConfig, normalize
-from tokenmill.stages.clean.pii import PiiConfig, replace_pii
+from tokenmill.fasttext.binding import load_model
+from tokenmill.sources.formats import READERS
+from tokenmill.text.normalize import NormalizeConfig, normalize
+from tokenmill.text.pii import PiiConfig, replace_pii
 
 
 def test_the_installed_fasttext_trains_and_is_fasttext_numpy2():
     """The project's one fastText binding is fasttext-numpy2 (nothing it depends on brings fasttext-predict, which
     ships the same files): the module imported is fasttext-numpy2's own, by its RECORD hash."""
-    from tokenmill.classifier.fasttext_model import fasttext_distribution, fasttext_module
+    from tokenmill.fasttext.binding import fasttext_distribution, fasttext_module
 
     assert hasattr(fasttext_module(), "train_supervised")
     assert fasttext_distribution()["name"] == "fasttext-numpy2"

@@ -14,7 +14,8 @@ import yaml
 
 from tests.conftest import make_corpus
 from tests.pipeline.test_runner import run_into, tree
-from tokenmill.pipeline import storage, uris
+from tokenmill.pipeline import storage
+from tokenmill.sources import uris
 
 
 def test_file_uri_resolves_to_the_local_filesystem(tmp_path):

@@ -35,8 +35,8 @@ from tokenizers import Tokenizer
 from tests.conftest import SHARED_DATA
 from tests.conformance import corpus
 from tokenmill.pipeline.config import RunConfig, load_config
-from tokenmill.pipeline.patterns import source_files
-from tokenmill.pipeline.registry import build_stages
+from tokenmill.sources.patterns import source_files
+from tokenmill.pipeline.config import build_stages
 from tokenmill.pipeline.runner import run_pipeline
 
 pytestmark = [

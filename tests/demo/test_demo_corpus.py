@@ -175,7 +175,7 @@ def test_demo_yaml_names_every_source_with_its_reader(corpus):
 
 def test_demo_yaml_is_a_valid_run_config(corpus):
     from tokenmill.pipeline.config import load_config
-    from tokenmill.readers import READERS
+    from tokenmill.sources.formats import READERS
 
     missing = {s["format"] for s in _config(corpus[0])["sources"]} - set(READERS)
     if missing:

@@ -28,8 +28,8 @@ def _sources(root: Path) -> list[dict]:
 @pytest.mark.parametrize("name", ["web_en", "books_en", "news_zh", "forum_en", "pile", "cc_wet", "cc_html", "reddit",
                                   "news_zh_gb"])
 def test_reader_matches_ground_truth(root, name):
-    from tokenmill.pipeline.config import SourceConfig
-    from tokenmill.readers import READERS
+    from tokenmill.sources.config import SourceConfig
+    from tokenmill.sources.formats import READERS
 
     src = next(s for s in _sources(root) if s["name"] == name)
     if src["format"] not in READERS:

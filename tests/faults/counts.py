@@ -11,6 +11,8 @@ call `counts.record_hostile()` once per case they feed.
 
 from __future__ import annotations
 
+import pytest
+
 import sys
 from collections import Counter
 
@@ -55,6 +57,7 @@ def pytest_sessionfinish(session) -> None:
                                       "checked": sorted(map(str, set(getattr(hostile, "CHECKED", ()))))}
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: `-p no:xdist` runs without it
 def pytest_testnodedown(node, error) -> None:
     """In the controller: add a finished worker's counts (its hostile cases as `checked:` names, once each)."""
     counts = getattr(node, "workeroutput", {}).get("tokenmill_counts")

@@ -18,7 +18,7 @@ import yaml
 
 from tokenmill.pipeline.manifest import check_conservation
 from tokenmill.pipeline.config import RunConfig, load_config
-from tokenmill.pipeline.registry import build_stages
+from tokenmill.pipeline.config import build_stages
 
 STAGES = ["ingest", "sample", "clean", "dedup", "decontaminate", "tokenize"]
 FULL_TRIALS = int(os.environ.get("TOKENMILL_FAULTS_TRIALS", "20"))

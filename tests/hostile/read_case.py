@@ -17,8 +17,8 @@ from pathlib import Path
 
 def main(corpus: str, name: str) -> dict:
     from tokenmill.pipeline.config import parse_config
-    from tokenmill.pipeline.patterns import source_files
-    from tokenmill.readers import READERS
+    from tokenmill.sources.patterns import source_files
+    from tokenmill.sources.formats import READERS
 
     case = next(c for c in json.loads((Path(corpus) / "cases.json").read_text())["cases"] if c["name"] == name)
     config = parse_config({"output": "run", "sources": [case["source"]]}, corpus)

@@ -106,7 +106,7 @@ def test_a_run_without_a_classifier_has_an_empty_audit(small_run):
 def test_the_histogram_plot_has_a_panel_per_classifier_and_the_thresholds(classifier_run, small_run):
     pytest.importorskip("matplotlib", reason="plots need matplotlib (notebooks extra)")
     from tokenmill.inspect.plots import _bin_counts, score_histograms
-    from tokenmill.stages.clean.score_histogram import bin_counts
+    from tokenmill.text.score_histogram import bin_counts
 
     fig = score_histograms(classifier_run)
     (ax,) = fig.axes

@@ -89,3 +89,86 @@ def test_a_changed_sidecar_is_refused_not_reported(tmp_path):
     again = TokenLoader([path], seq_len=SEQ, global_batch_size=4)
     with pytest.raises(DataError, match=r"alpha\.0000\.docs\.parquet: sha256 .* differs from .* recorded in tokens"):
         explain_batch(again, 0)
+
+
+def _state_file(path, tmp_path, **kw):
+    loader = TokenLoader([path], seq_len=SEQ, global_batch_size=4, **kw)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps({"extra": {"loader": loader.state_dict()}}))
+    loader.close()
+    return state_file
+
+
+def test_a_changed_idx_is_refused_not_reported(tmp_path, capsys):
+    """The `.idx` maps a sample's tokens to documents: one rewritten with a document boundary moved (a valid index,
+    the same size and token count, its sha256 no longer the recorded one) made `explain`, whose loader does not
+    verify in the background, report the tokens of one document as another's. Now every file explain reads is
+    checked first, naming it; a CLI user sees one line."""
+    from tokenmill.tokenize.indexed import IndexedReader, build_index
+
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(30, np.random.default_rng(4), min_len=8)},
+                         files_per_source=1)
+    state_file = _state_file(path, tmp_path)
+    _, rows = explain(state_from(state_file), batch=0)
+    # Two documents that meet inside sample 0 of the batch: 3 tokens of the second now said to be the first's.
+    d = min(r["document_in_file"] for r in rows if r["sample_in_batch"] == 0 and r["tokens_in_sample"] > 3)
+    assert any(r["document_in_file"] == d + 1 and r["sample_in_batch"] == 0 for r in rows)
+    idx_path = tmp_path / "train" / "alpha.0000.idx"
+    reader = IndexedReader(idx_path)
+    lengths = reader.sequence_lengths.astype(np.int64).copy()
+    lengths[d], lengths[d + 1] = lengths[d] + 3, lengths[d + 1] - 3
+    idx = build_index(reader.dtype, lengths)
+    assert len(idx) == idx_path.stat().st_size and IndexedReader(idx_path).num_tokens == sum(lengths)
+    del reader
+    idx_path.write_bytes(idx)
+    with pytest.raises(DataError, match=r"alpha\.0000\.idx: sha256 .* differs from .* recorded in tokens\.json"):
+        explain(state_from(state_file), batch=0)
+    assert main(["loader", "explain", str(state_file), "--batch", "0", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "alpha.0000.idx: sha256" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("ext", [".docs.parquet", ".idx", ".bin"])
+def test_a_file_without_a_recorded_hash_is_refused_by_explain_unless_allowed(tmp_path, capsys, caplog, ext):
+    """A sidecar, `.idx` or `.bin` whose sha256 the index leaves out: explain refuses it, as the loader refuses
+    such token files, naming the index and the file (before: the sidecar and, in explain, every local token file
+    were read unchecked without a word); `--allow-unhashed` reads it with a warning naming it."""
+    import logging
+
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(30, np.random.default_rng(4))}, files_per_source=1)
+    index = json.loads(path.read_text())
+    del index["splits"]["train"]["files"][0]["sha256"][ext]
+    path.write_text(json.dumps(index))
+    state_file = _state_file(path, tmp_path, verify=False)  # (the .bin sha256 is in the data's fingerprint)
+    name = f"{tmp_path / 'train' / 'alpha.0000'}{ext}"
+    with pytest.raises(DataError, match=rf"^{path}: {name}: no sha256 recorded"):
+        explain(state_from(state_file), batch=0)
+    assert main(["loader", "explain", str(state_file), "--batch", "0", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}: no sha256 recorded" in err and "allow-unhashed" in err and err.count("\n") == 1
+    with caplog.at_level(logging.WARNING, logger="tokenmill.loader"):
+        assert main(["loader", "explain", str(state_file), "--batch", "0", "--json", "--allow-unhashed"]) == 0
+    assert {r["source"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"alpha"}
+    assert any(name in r.getMessage() and "allow_unhashed" in r.getMessage() for r in caplog.records)
+
+
+def test_previews_come_only_from_the_recorded_tokenizer(tmp_path):
+    """Previews decode with the index's tokenizer.json when its sha256 is the recorded one; another tokenizer.json
+    there (it would show other text than was trained on) is refused, naming it."""
+    import hashlib
+
+    from tokenizers import Tokenizer, models
+
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(30, np.random.default_rng(4))}, files_per_source=1)
+    tokenizer = tmp_path / "tokenizer.json"
+    Tokenizer(models.WordLevel({"<eos>": 0, **{f"w{i}": i for i in range(1, 200)}}, unk_token="<eos>")).save(
+        str(tokenizer))
+    index = json.loads(path.read_text())
+    index["tokenizer"]["sha256"] = hashlib.sha256(tokenizer.read_bytes()).hexdigest()
+    path.write_text(json.dumps(index))
+    rows = explain_batch(TokenLoader([path], seq_len=SEQ, global_batch_size=4), 0)
+    assert all(r["preview"].startswith(f"w{int(r['id'].split('-')[1]) + 1}") for r in rows if r["tokens_in_sample"] > 1)
+    Tokenizer(models.WordLevel({"<eos>": 0, **{f"x{i}": i for i in range(1, 200)}}, unk_token="<eos>")).save(
+        str(tokenizer))
+    with pytest.raises(DataError, match=r"tokenizer\.json: sha256 .* differs from .* recorded in tokens\.json"):
+        explain_batch(TokenLoader([path], seq_len=SEQ, global_batch_size=4), 0)

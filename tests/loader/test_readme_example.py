@@ -3,7 +3,6 @@ streams: it names three of them, which raised `no weight for stream 'cc_html'` b
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -41,12 +40,3 @@ def demo_like_run(tmp_path, monkeypatch) -> Path:
 
 def test_the_readme_loader_example_runs_on_the_demo_streams(demo_like_run):
     run_example(demo_like_run)
-
-
-def test_the_readme_loader_example_runs_on_the_demo_run(monkeypatch):
-    """On the real demo run, when `make demo` has made one (build/demo/run, or $TOKENMILL_DEMO_RUN)."""
-    run = Path(os.environ.get("TOKENMILL_DEMO_RUN") or REPO / "build" / "demo" / "run")
-    if not (run / "tokenize" / "tokens.json").is_file():
-        pytest.skip(f"no demo run at {run} (make demo)")
-    monkeypatch.setenv("TOKENMILL_VERIFIED_CACHE", "off")
-    run_example(run)

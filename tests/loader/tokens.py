@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenmill.tokenize import tokens_json
+from tokenmill.tokenize import bundle, tokens_json
 from tokenmill.tokenize.indexed import IndexedWriter
 
 EOS = 0
@@ -16,14 +16,14 @@ TOKENIZER_SHA256 = hashlib.sha256(b"no tokenizer file: ids only").hexdigest()
 
 def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_source: int = 2,
                   split: str = "train", vocab_size: int = 65000, head_bytes: int | None = None,
-                  every_sha256: bool = False) -> Path:
+                  every_sha256: bool = True) -> Path:
     """Documents (token lists, without EOS) per source, spread over files; returns the tokens.json path.
 
     Every document gets the EOS id appended, as the tokenize stage writes them; a sidecar names each document
-    ``<source>-<n>``. ``head_bytes``: each file's head recorded as the stage records it (`tokens_json.head_record`),
+    ``<source>-<n>``. ``head_bytes``: each file's head recorded as the stage records it (`bundle.head_record`),
     of that many bytes instead of the stage's `HEAD_BYTES` (these files are smaller). ``every_sha256``: the ``.idx``
-    and ``.docs.parquet`` sha256 recorded too, as the stage records them (off: the verification tests count ``.bin``
-    hashes).
+    and ``.docs.parquet`` sha256 recorded as well as the ``.bin``'s, as the stage records them (off: only the
+    ``.bin``'s, an index the loader refuses unless ``allow_unhashed``).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -56,7 +56,7 @@ def write_dataset(root: Path, sources: dict[str, list[list[int]]], files_per_sou
             if every_sha256:
                 for ext, p in ((".idx", idx_path), (".docs.parquet", Path(f"{root / prefix}.docs.parquet"))):
                     entries[-1]["sha256"][ext] = hashlib.sha256(p.read_bytes()).hexdigest()
-            head = None if head_bytes is None else tokens_json.head_record(bin_path.read_bytes(), head_bytes)
+            head = None if head_bytes is None else bundle.head_record(bin_path.read_bytes(), head_bytes)
             if head is not None:
                 entries[-1]["head"] = head
     path = root / tokens_json.FILE

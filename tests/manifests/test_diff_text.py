@@ -13,8 +13,8 @@ import pytest
 from tokenmill.cli import main as cli
 from tokenmill.manifests.diff import EXCERPT_BEFORE, diff_runs, text_change
 from tokenmill.pipeline.manifest import build_content
-from tokenmill.pipeline.config_base import StageConfig
-from tokenmill.pipeline.documents import TEXT_HASH, read_shard, shard_bytes
+from tokenmill.config_base import StageConfig
+from tokenmill.documents import TEXT_HASH, read_shard, shard_bytes
 from tokenmill.pipeline.map_phase import split_and_write
 from tokenmill.pipeline.contract import RunContext, Stage
 

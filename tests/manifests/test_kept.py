@@ -14,9 +14,9 @@ import pytest
 
 from tokenmill.manifests.diff import diff_runs, text_change
 from tokenmill.manifests.kept import differences, scan_kept
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.config_base import StageConfig
 from tokenmill.pipeline.contract import RunContext
-from tokenmill.pipeline.documents import TEXT_HASH, read_shard, shard_bytes
+from tokenmill.documents import TEXT_HASH, read_shard, shard_bytes
 from tokenmill.pipeline.manifest import build_content
 from tokenmill.pipeline.map_phase import split_and_write
 from tokenmill.pipeline import storage

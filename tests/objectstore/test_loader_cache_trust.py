@@ -16,6 +16,7 @@ import pytest
 
 from tests.loader.streaming import BUCKET, KW, URI, dataset, paused_hashing, upload
 from tokenmill.loader import DataError, TokenLoader
+from tokenmill import markers as marker_folder
 from tokenmill.loader import verify
 
 
@@ -173,7 +174,7 @@ def test_the_cache_keeps_markers_only_of_its_files_and_a_warm_cache_is_not_hashe
     object's own times are its marker's: pins touch its lock file instead); an evicted file takes its marker with
     it, so markers do not pile up in a cache smaller than the data; with markers off every first pin hashes."""
     path, total = data
-    monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, str(tmp_path / "markers"))
+    monkeypatch.setenv(marker_folder.VERIFIED_CACHE_ENV, str(tmp_path / "markers"))
     hashed = []
     real = verify.file_sha256
     monkeypatch.setattr(verify, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
@@ -193,7 +194,7 @@ def test_the_cache_keeps_markers_only_of_its_files_and_a_warm_cache_is_not_hashe
     markers = [json.loads(p.read_text()) for p in (tmp_path / "markers").iterdir()]
     assert all(Path(m["path"]).exists() for m in markers)  # none of an evicted file
     assert len([m for m in markers if m["path"].startswith(str(quarter))]) <= len(list(quarter.glob("*.*")))
-    monkeypatch.setenv(verify.VERIFIED_CACHE_ENV, "off")
+    monkeypatch.setenv(marker_folder.VERIFIED_CACHE_ENV, "off")
     got, _ = _take(TokenLoader(URI, cache_dir=full, cache_bytes=2 * total, **KW), steps)
     assert got == reference and sorted(hashed) == sorted(p.name for p in full.iterdir() if p.is_file())
 
@@ -275,10 +276,108 @@ def test_a_crafted_local_index_is_refused_the_same_way(tmp_path):
 def test_a_uri_with_credentials_is_refused_and_never_shown(data, tmp_path):
     """The loader refuses `s3://KEY:SECRET@bucket/...` as the pipeline does: its state records the datasets' URIs,
     and a checkpoint holding that state may be handed to others. The secret is in no message."""
-    from tokenmill.pipeline.uris import UriError
+    from tokenmill.sources.uris import UriError
 
     secret_uri = URI.replace("s3://", "s3://AKIAEXAMPLE:s3cr3t/with/slash@", 1)
     with pytest.raises(UriError) as err:
         TokenLoader(secret_uri, cache_dir=tmp_path / "cache", cache_bytes=1 << 30, **KW)
     assert "credentials in a URI are refused" in str(err.value) and "s3cr3t" not in str(err.value)
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+# -- an index without hashes ---------------------------------------------------------------------------------------
+
+
+def _put_index(s3_server, index: dict) -> None:
+    s3_server.client().put_object(Bucket=BUCKET, Key="run/tokenize/tokens.json", Body=json.dumps(index).encode())
+
+
+UNHASHED = {  # what the first file's entry leaves out: (the edit, the file named first)
+    "no .bin sha256": (lambda e: e["sha256"].pop(".bin"), ".bin"),
+    "no .idx sha256": (lambda e: e["sha256"].pop(".idx"), ".idx"),  # an .idx has no known size either: no check
+    "no sha256 at all": (lambda e: e.pop("sha256"), ".bin"),
+}
+
+
+def test_a_remote_index_without_hashes_is_refused_unless_allowed(data, tmp_path, s3_server, caplog):
+    """An index on the store that leaves a file's sha256 out had that file fetched and served unchecked (its .bin
+    with bits flipped in the store, size unchanged, fed other tokens with no error). Now the loader refuses it when
+    it is built, naming the index and the file, and fetches nothing; only `allow_unhashed=True` reads it, with a
+    warning naming it."""
+    import logging
+
+    path, total = data
+    steps = 40
+    for n, (what, (edit, ext)) in enumerate(UNHASHED.items()):
+        index = json.loads(path.read_text())
+        edit(_files(index)[0])
+        _put_index(s3_server, index)
+        cache = tmp_path / f"cache{n}"
+        with pytest.raises(DataError) as err:
+            TokenLoader(URI, cache_dir=cache, cache_bytes=2 * total, **KW)
+        first = f"s3://{BUCKET}/run/tokenize/{_files(index)[0]['prefix']}{ext}"
+        assert str(err.value).startswith(f"{URI}: {first}: no sha256 recorded"), (what, str(err.value))
+        assert "allow_unhashed" in str(err.value)
+        assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*")), what  # nothing fetched
+    # verify=False is about local files: a download is checked whatever it says, so it is refused alike.
+    with pytest.raises(DataError, match="no sha256 recorded"):
+        TokenLoader(URI, cache_dir=tmp_path / "cache", cache_bytes=2 * total, verify=False, **KW)
+    with caplog.at_level(logging.WARNING, logger="tokenmill.loader"):
+        loader = TokenLoader(URI, cache_dir=tmp_path / "allowed", cache_bytes=2 * total, allow_unhashed=True, **KW)
+    assert any(first in r.getMessage() and "allow_unhashed" in r.getMessage() for r in caplog.records)
+    got, stats = _take(loader, steps)
+    # The same index read locally (without the .bin sha256 the data's fingerprint, and so the order, differ).
+    local = path.parent / "unhashed.json"
+    local.write_text(json.dumps(index))
+    assert got == _take(TokenLoader([str(local)], allow_unhashed=True, **KW), steps)[0]
+    assert stats["files_fetched"] > 0
+
+
+def test_no_cached_object_without_a_recorded_hash_unless_allowed(tmp_path):
+    """The cache itself never takes "nothing recorded" for "checked": an object without a sha256 cannot be made
+    unless the loader's allow_unhashed says so."""
+    from tokenmill.loader.cache import CachedObject
+    from tokenmill.loader.remote import local_name
+
+    uri = f"s3://{BUCKET}/run/tokenize/train/alpha.0000.idx"
+    with pytest.raises(DataError, match=rf"{re.escape(uri)}: no sha256 recorded"):
+        CachedObject(uri, local_name(uri, "", ".idx"), "")
+    assert CachedObject(uri, local_name(uri, "", ".idx"), "", allow_unhashed=True).sha256 == ""
+
+
+def test_explain_checks_a_remote_sidecar_and_refuses_one_without_a_hash(data, tmp_path, s3_server, monkeypatch,
+                                                                         capsys):
+    """`tokenmill loader explain` on a state of remote data: a `.docs.parquet` changed in the store is refused as
+    `verify.HashMismatch`, naming its URI as it is; one whose sha256 the index leaves out is refused naming the
+    index and the file, or read with `--allow-unhashed`."""
+    from tokenmill.cli import main
+    from tokenmill.loader.explain import explain
+
+    path, total = data
+    monkeypatch.setenv("TOKENMILL_TOKEN_CACHE", str(tmp_path / "cache"))
+    loader = TokenLoader(URI, cache_bytes=2 * total, **KW)
+    state = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    _, rows = explain(state, batch=0)
+    prefix = rows[0]["file"]
+    assert prefix.startswith(f"s3://{BUCKET}/run/tokenize/train/")
+    key = prefix.removeprefix(f"s3://{BUCKET}/") + ".docs.parquet"
+    client = s3_server.client()
+    original = client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    other = next(p for p in sorted((path.parent / "train").glob("*.docs.parquet")) if p.read_bytes() != original)
+    client.put_object(Bucket=BUCKET, Key=key, Body=other.read_bytes())  # a valid sidecar naming other documents
+    with pytest.raises(verify.HashMismatch) as err:
+        explain(state, batch=0)
+    assert str(err.value).startswith(f"{prefix}.docs.parquet: sha256 ")
+    client.put_object(Bucket=BUCKET, Key=key, Body=original)
+    index = json.loads(path.read_text())
+    for entry in _files(index):
+        entry["sha256"].pop(".docs.parquet")
+    _put_index(s3_server, index)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(state))
+    assert main(["loader", "explain", str(state_file), "--batch", "0", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"{URI}: {prefix}.docs.parquet: no sha256 recorded" in err and err.count("\n") == 1
+    assert main(["loader", "explain", str(state_file), "--batch", "0", "--json", "--allow-unhashed"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == rows

@@ -20,10 +20,10 @@ import yaml
 
 from tests.s3server import free_port, running
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline import uris
-from tokenmill.pipeline.documents import digest
+from tokenmill.sources import uris
+from tokenmill.documents import digest
 from tokenmill.pipeline.config import load_config, parse_config
-from tokenmill.pipeline.patterns import expand_pattern, matched_files
+from tokenmill.sources.patterns import expand_pattern, matched_files
 from tokenmill.pipeline.runner import run_pipeline
 
 pytestmark = pytest.mark.ray
@@ -268,8 +268,8 @@ def test_a_store_failure_mid_read_fails_the_task_instead_of_dropping_records(s3_
     """4 KiB GETs and an object (2.8 MB) larger than the reader's buffer: the outage lands mid-object. Parquet reads
     by range through the same stream (`uris.open_object`): a store failure after the footer, while row groups are
     fetched, is not taken for a damaged file either (pyarrow hands back the stream's own error)."""
-    from tokenmill.pipeline.config import SourceConfig
-    from tokenmill.readers import READERS
+    from tokenmill.sources.config import SourceConfig
+    from tokenmill.sources.formats import READERS
 
     monkeypatch.setattr(uris, "READ_BUFFER", 4096)
     s3_server.create_bucket("bkt")

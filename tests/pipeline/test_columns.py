@@ -7,8 +7,8 @@ import pytest
 
 from tokenmill.errors import StageChainError
 from tokenmill.pipeline.columns import check_chain, with_fallbacks
-from tokenmill.pipeline.config import SourceConfig
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.sources.config import SourceConfig
+from tokenmill.config_base import StageConfig
 from tokenmill.pipeline.contract import RunContext, Stage
 from tokenmill.stages.ingest import IngestConfig, IngestStage
 from tokenmill.stages.sample import SampleStage

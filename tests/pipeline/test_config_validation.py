@@ -9,8 +9,8 @@ from tests.conftest import write_jsonl
 from tokenmill.cli import main
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config import load_config, parse_config, path_fields
-from tokenmill.pipeline.patterns import expand_pattern, source_files
-from tokenmill.stages.clean.langid import LANGUAGE_NAMES, LangidConfig, canonical_language, model_languages
+from tokenmill.sources.patterns import expand_pattern, source_files
+from tokenmill.text.langid import LANGUAGE_NAMES, LangidConfig, canonical_language, model_languages
 
 
 @pytest.fixture

@@ -11,11 +11,12 @@ import pytest
 
 from tests.conftest import make_corpus
 from tokenmill.pipeline.config import load_config
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.config_base import StageConfig
 from tokenmill.pipeline.contract import DriverPhase, Phase, Processed, Resources, RunContext, Stage, Task, registered
-from tokenmill.pipeline.documents import read_shard
+from tokenmill.documents import read_shard
 from tokenmill.pipeline.map_phase import MapShards, MapStage
-from tokenmill.pipeline.registry import build_stages, run_context, stage_classes
+from tokenmill.pipeline.registry import stage_classes
+from tokenmill.pipeline.config import build_stages, run_context
 from tokenmill.pipeline.runner import run_pipeline
 
 

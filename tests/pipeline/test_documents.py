@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 import xxhash
 
-from tokenmill.pipeline.config_base import StageConfig
-from tokenmill.pipeline.documents import TEXT_HASH, read_shard, text_hashes, with_text_hash
+from tokenmill.config_base import StageConfig
+from tokenmill.documents import TEXT_HASH, read_shard, text_hashes, with_text_hash
 from tokenmill.pipeline.map_phase import split_and_write
 from tokenmill.pipeline.contract import RunContext, Stage
 

@@ -15,12 +15,12 @@ import yaml
 from tests.conftest import make_corpus
 from tokenmill.errors import StageFailed, TokenmillError
 from tokenmill.pipeline.config import load_config
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.config_base import StageConfig
 from tokenmill.pipeline.contract import Phase, Processed, Task
 from tokenmill.pipeline.map_phase import MapShards, MapStage
-from tokenmill.pipeline.registry import build_stages, run_context
+from tokenmill.pipeline.config import build_stages, run_context
 from tokenmill.pipeline.runner import run_pipeline
-from tokenmill.pipeline.documents import read_shard
+from tokenmill.documents import read_shard
 
 pytestmark = pytest.mark.ray
 

@@ -261,3 +261,23 @@ def test_a_change_inside_a_list_names_the_element_and_key():
     assert reasons[0] == "config.overrides[0].fraction: 0.5 -> 0.1"
     assert len(reasons) == 21 and reasons[-1].startswith("... and 18 more changed keys")
     assert len("; ".join(reasons)) < 3000
+
+
+@pytest.mark.ray
+def test_a_superseded_output_whose_manifest_points_outside_is_never_restored(ray_cluster, corpus, tmp_path, caplog):
+    """A superseded manifest is read as every manifest is (`read_manifest`): one edited to name a shard outside its
+    folder, under the right key, is not restored (it was moved back into place, and the run then stopped on it)."""
+    out = tmp_path / "run"
+    run_into(with_fraction(corpus, 0.6), out)
+    run_into(with_fraction(corpus, 0.3), out)
+    (gen,) = generation_names(out)
+    stage = out / "_superseded" / gen / "sample"
+    key = json.loads((stage / KEY_FILE).read_text())["key"]
+    fs, root = storage.filesystem_for(str(out))
+    assert find_restorable(fs, root, "sample", key) is not None
+    manifest = json.loads((stage / "manifest.json").read_text())
+    manifest["content"]["shards"][0]["path"] = "../../../outside.parquet"
+    (stage / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING", logger="tokenmill.pipeline.generations"):
+        assert find_restorable(fs, root, "sample", key) is None
+    assert "not restored" in caplog.text and "outside the run folder" in caplog.text and str(stage) in caplog.text

@@ -10,7 +10,7 @@ import yaml
 from tests.conftest import make_corpus
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config import load_config
-from tokenmill.pipeline.registry import build_stages
+from tokenmill.pipeline.config import build_stages
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.stage import CleanStage
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
@@ -32,7 +32,7 @@ def home(tmp_path, monkeypatch):
 
 
 def test_resolve_expands_home_and_variables_then_takes_the_config_folder(home, tmp_path):
-    from tokenmill.pipeline.contract import resolve
+    from tokenmill.config_base import resolve
 
     assert resolve("~/block.txt", tmp_path / "cfg") == home / "block.txt"
     assert resolve("$TOKENMILL_EVALS/qa.jsonl", tmp_path / "cfg") == home / "evals" / "qa.jsonl"

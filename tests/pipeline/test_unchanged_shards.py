@@ -18,9 +18,9 @@ from tests.conftest import make_corpus
 from tokenmill.pipeline import commit
 from tokenmill.pipeline.commit import TaskWriter, committed_record
 from tokenmill.pipeline.config import load_config
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.config_base import StageConfig
 from tokenmill.pipeline.contract import RunContext, Stage, TaskContext
-from tokenmill.pipeline.documents import (SCHEMA_VERSION, ZSTD_LEVEL, last_read, read_shard, shard_bytes,
+from tokenmill.documents import (SCHEMA_VERSION, ZSTD_LEVEL, last_read, read_shard, shard_bytes,
                                           with_text_hash)
 from tokenmill.pipeline.map_phase import split_and_write
 from tokenmill.pipeline.runner import run_pipeline

@@ -12,7 +12,7 @@ import struct
 import pytest
 import zstandard
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.readers.compression import open_binary, sniff
 from tokenmill.readers.jsonl import read_jsonl
 from tokenmill.readers.plaintext import TEXT

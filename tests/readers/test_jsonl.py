@@ -8,7 +8,7 @@ import json
 import pytest
 import zstandard
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.readers.jsonl import read_jsonl
 
 SRC = SourceConfig(name="s", format="jsonl", paths=["x"], id_field="id")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.readers.parquet import read_parquet
 
 SRC = SourceConfig(name="b", format="parquet", paths=["x"], text_field="body", id_field="doc_id", subset_field="genre")

@@ -9,8 +9,9 @@ import pytest
 import zstandard
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config import SourceConfig, parse_config
-from tokenmill.readers import READERS
+from tokenmill.pipeline.config import parse_config
+from tokenmill.sources.config import SourceConfig
+from tokenmill.sources.formats import READERS
 
 CP1252_TEXT = "Café “quoted” – naïve résumé, it’s déjà vu"
 ZH_TEXT = "专家认为，寺庙不仅能翻译手稿，而且还能带动档案的发展。在林明看来，条约和手稿并不是一回事。"

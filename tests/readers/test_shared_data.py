@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.readers.jsonl import read_jsonl
 
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from tokenmill.pipeline.config import SourceConfig
-from tokenmill.readers import READERS
+from tokenmill.sources.config import SourceConfig
+from tokenmill.sources.formats import READERS
 
 DRUNK_COLUMNS = ["index", "text", "id", "subreddit", "meta", "time", "author", "ups", "downs", "authorlinkkarma",
                  "authorkarma", "authorisgold"]

@@ -19,8 +19,8 @@ import brotli  # installed with fastwarc, which resiliparse requires
 import pytest
 import zstandard
 
-from tokenmill.pipeline.config import SourceConfig
-from tokenmill.readers import READERS, reader_drop_reasons
+from tokenmill.sources.config import SourceConfig
+from tokenmill.sources.formats import READERS, reader_drop_reasons
 from tokenmill.readers.base import open_source
 from tokenmill.readers.warc import CC_WARC, CC_WET, html_payload, read_warc, read_wet
 from tokenmill.readers.warc_records import iter_warc_records

@@ -12,14 +12,13 @@ import pyarrow as pa
 import pyarrow.fs
 import pyarrow.parquet as pq
 import pytest
-import xxhash
 import yaml
 
 from tests.conftest import write_jsonl
 from tests.pipeline.test_runner import run_into, tree
 from tokenmill.demo.planted import jaccard
-from tokenmill.pipeline.documents import read_rows
-from tokenmill.stages.dedup.stage import _doc_ref, _exact_digests, _rows_by_shard
+from tokenmill.documents import read_rows
+from tokenmill.dedup.refs import doc_ref, rows_by_shard
 
 pytestmark = pytest.mark.ray
 
@@ -213,18 +212,6 @@ def test_a_cluster_over_the_cap_in_every_band_is_verified_once(ray_cluster, tmp_
     assert len(dropped(tmp_path / "o")) == 39  # one kept: the longest copy
 
 
-def test_exact_hashes_come_back_whole_from_either_band_file_format():
-    """The 128-bit exact hash travels as key (first 8 bytes) and `exact` (last 8); a band file of a run begun
-    before that split carries the digest whole, and resuming such a run reads it the same."""
-    digests = [xxhash.xxh3_128_digest(str(i).encode()) for i in range(5)] + [b"ab" + b"\0" * 14]
-    halves = np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 2)
-    split = _exact_digests(halves[:, 0].copy(), pa.chunked_array([pa.array(halves[:, 1], pa.uint64())]))
-    whole = _exact_digests(halves[:, 0].copy(), pa.chunked_array([pa.array(digests, pa.binary(16))]))
-    assert split.dtype == whole.dtype == np.dtype("S16")
-    assert split.tolist() == whole.tolist() == np.array(digests, dtype="S16").tolist()
-    assert _exact_digests(np.zeros(0, np.uint64), pa.chunked_array([], pa.uint64())).shape == (0,)
-
-
 def test_rows_read_back_are_the_rows_a_whole_read_gives(tmp_path):
     """Verify and clusters read back only the needed rows' row groups; across several row groups, with rows
     skipped, first and last, the rows come back in order and equal those of a whole read (pyarrow's own)."""
@@ -239,7 +226,7 @@ def test_rows_read_back_are_the_rows_a_whole_read_gives(tmp_path):
         assert got.column_names == ["id", "text"]
         assert got.to_pylist() == pq.read_table(path).take(pa.array(rows)).to_pylist()
 
-    docs = np.r_[_doc_ref(2, np.array([5, 1])), _doc_ref(0, np.array([7])), _doc_ref(2, np.array([5]))]
-    split = [(i, d.tolist(), r.tolist()) for i, d, r in _rows_by_shard(docs)]
-    assert split == [(0, _doc_ref(0, np.array([7])).tolist(), [7]), (2, _doc_ref(2, np.array([1, 5])).tolist(), [1, 5])]
-    assert _rows_by_shard(np.zeros(0, np.uint64)) == []
+    docs = np.r_[doc_ref(2, np.array([5, 1])), doc_ref(0, np.array([7])), doc_ref(2, np.array([5]))]
+    split = [(i, d.tolist(), r.tolist()) for i, d, r in rows_by_shard(docs)]
+    assert split == [(0, doc_ref(0, np.array([7])).tolist(), [7]), (2, doc_ref(2, np.array([1, 5])).tolist(), [1, 5])]
+    assert rows_by_shard(np.zeros(0, np.uint64)) == []

@@ -24,17 +24,17 @@ import yaml
 
 from tests.conftest import write_jsonl
 from tests.stages.clean.classifier_model import WEB_TEXT, train_tiny
-from tests.stages.clean.test_escapes import KIND_EXAMPLES
-from tokenmill.pipeline.config import SourceConfig
+from tests.text.test_escapes import KIND_EXAMPLES
+from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
-from tokenmill.readers import READERS
+from tokenmill.sources.formats import READERS
 from tokenmill.stages.clean.classifiers import ClassifierConfig
 from tokenmill.stages.clean.config import CleanConfig
-from tokenmill.stages.clean.escapes import EscapePolicy
+from tokenmill.text.escapes import EscapePolicy
 from tokenmill.stages.clean.filter import Batch, Filter
 from tokenmill.stages.clean.filters import QualityScores
-from tokenmill.stages.clean.langid import LangidConfig
-from tokenmill.stages.clean.quality import (
+from tokenmill.text.langid import LangidConfig
+from tokenmill.text.quality import (
     C4Config,
     CJKQualityConfig,
     GopherQualityConfig,

@@ -12,9 +12,9 @@ import pytest
 
 from tokenmill.errors import ConfigError, StageFailed
 from tokenmill.pipeline.config import load_config, parse_config
-from tokenmill.pipeline.registry import build_stages
+from tokenmill.pipeline.config import build_stages
 from tokenmill.pipeline.runner import run_pipeline
-from tokenmill.readers import READERS
+from tokenmill.sources.formats import READERS
 
 N_FILES = 2_000
 

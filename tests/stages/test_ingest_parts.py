@@ -6,7 +6,7 @@ import pytest
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline.config import parse_config
-from tokenmill.readers.base import Record
+from tokenmill.sources.reader import Record
 from tokenmill.stages.ingest import _parts
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tokenmill.errors import ConfigError, StageFailed
 from tokenmill.pipeline.config import load_config
-from tokenmill.pipeline.registry import build_stages
+from tokenmill.pipeline.config import build_stages
 from tokenmill.pipeline.runner import run_pipeline
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
-from tokenmill.stages.sample import SampleConfig, SampleStage, keep_mask
+from tokenmill.sampling import keep_mask
+from tokenmill.stages.sample import SampleConfig, SampleStage
 
 IDS = [f"doc-{i}" for i in range(20_000)]
 

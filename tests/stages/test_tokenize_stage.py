@@ -208,7 +208,7 @@ def test_index_from_the_encode_tasks_equals_reading_the_files_back(ray_cluster, 
     from tokenmill.pipeline import storage
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.contract import ShardsResult, Task, TaskContext
-    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.pipeline.config import build_stages
     from tokenmill.stages.tokenize.stage import Encode, WriteIndex
 
     config, _ = corpus

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.tokenize.conftest import neox_like, web_texts
-from tokenmill.stages.tokenize.stage import SIDE_SCHEMA, _key, _SplitFiles, training_sample
+from tokenmill.tokenize.bundle import SplitFiles, docs_schema
+from tokenmill.tokenize.sample import id_key, training_sample
 from tokenmill.tokenize.fast_engine import encode_checked, encode_flat, tiktoken_encoding
 from tokenmill.tokenize.indexed import IndexedWriter
 from tokenmill.tokenize.tokenizer import _loaded, load_tokenizer
@@ -71,7 +72,7 @@ def test_split_files_close_after_the_document_that_fills_them(max_tokens):
     tokens = rng.integers(0, 1000, size=int(lengths.sum()))
     table = pa.table({"id": [f"d{i}" for i in range(n)], "source": ["s"] * n, "subset": [None] * n})
     ctx = _Ctx()
-    out = _SplitFiles("train", "k", np.dtype(np.uint16), max_tokens, table, {"tiktoken"}, ctx)
+    out = SplitFiles("train", "k", np.dtype(np.uint16), max_tokens, table, {"tiktoken"}, ctx)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     for lo, hi in ((0, 13), (13, 14), (14, 60)):  # batches of any size
         out.add(np.arange(lo, hi), lengths[lo:hi], tokens[starts[lo]:starts[hi]])
@@ -90,7 +91,7 @@ def test_split_files_close_after_the_document_that_fills_them(max_tokens):
     for number, rows in enumerate(expected):
         stem = f"train/k.{number:04d}"
         side = pq.read_table(pa.BufferReader(ctx.files[f"{stem}.docs.parquet"]))
-        assert side.schema.equals(SIDE_SCHEMA)
+        assert side.schema.equals(docs_schema())
         assert side.column("id").to_pylist() == [f"d{i}" for i in rows]
         assert side.column("tokens").to_pylist() == lengths[rows].tolist()
         body = np.frombuffer(ctx.files[f"{stem}.bin"], dtype="<u2")
@@ -103,7 +104,7 @@ def _sample_in_one_pass(tables, seed, n):
     heap = []
     for table in tables:
         for doc_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
-            item = (-_key(seed, doc_id), doc_id, text)
+            item = (-id_key(seed, doc_id), doc_id, text)
             if len(heap) < n:
                 heapq.heappush(heap, item)
             elif item > heap[0]:

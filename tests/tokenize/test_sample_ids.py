@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tokenmill.stages.tokenize.stage import _key, choose_sample, sample_bound, sample_candidates, training_sample
+from tokenmill.tokenize.sample import choose_sample, id_key, sample_bound, sample_candidates, training_sample
 
 
 def _shards(tmp_path, rng, ids_of):
@@ -42,7 +42,7 @@ def test_candidates_give_the_one_pass_sample_and_only_about_n_of_them(tmp_path, 
     candidates = sum(len(c["rows"]) for _, c in found)
     assert min(n, 3000) <= candidates <= min(3000, 1.5 * n + 8 * n**0.5 + 100)  # about n of the 3,000 ids
     for (_, c), table in zip(found, tables):  # each candidate's key is the stage's key of its id
-        assert c["keys"] == [_key(11, table.column("id")[r].as_py()) for r in c["rows"]]
+        assert c["keys"] == [id_key(11, table.column("id")[r].as_py()) for r in c["rows"]]
 
 
 def test_equal_ids_among_the_chosen_fall_back_to_the_exact_pass(tmp_path):
@@ -56,7 +56,7 @@ def test_equal_ids_among_the_chosen_fall_back_to_the_exact_pass(tmp_path):
 def test_too_few_under_the_bound_fall_back(tmp_path):
     rng = np.random.default_rng(4)
     paths, tables = _shards(tmp_path, rng, lambda s: [f"{s}/doc-{i}" for i in range(300)])
-    low = sorted(_key(9, f"0/doc-{i}") for i in range(300))[3]  # a bound that lets only a few through
+    low = sorted(id_key(9, f"0/doc-{i}") for i in range(300))[3]  # a bound that lets only a few through
     assert _via_candidates(paths, tables, 9, 50, below=low)[0] is None
     # With no bound (every id sent) fewer documents than asked are all taken, as the one pass takes them.
     sample, _ = _via_candidates(paths, tables, 9, 10_000, below=2**64)

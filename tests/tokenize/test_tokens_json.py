@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.loader.tokens import labelled_docs, write_dataset
-from tokenmill.pipeline.documents import canonical_json
+from tokenmill.documents import canonical_json
 from tokenmill.tokenize import tokens_json
 from tokenmill.tokenize.tokens_json import DataError
 
@@ -127,16 +127,6 @@ def test_every_reader_refuses_the_same_bad_index(tmp_path, monkeypatch):
         token_index(run)
     datasets = SimpleNamespace(data=[SimpleNamespace(path=str(run))])  # only what resolved_paths reads
     assert TrainConfig.resolved_paths(datasets) == [path]
-
-
-def test_the_head_record_is_the_sha256_of_the_bins_first_bytes():
-    import hashlib
-
-    raw = bytes(range(256)) * 1024  # 256 KiB
-    assert tokens_json.head_record(raw) == {"bytes": tokens_json.HEAD_BYTES,
-                                            "sha256": hashlib.sha256(raw[:tokens_json.HEAD_BYTES]).hexdigest()}
-    assert tokens_json.head_record(raw[:tokens_json.HEAD_BYTES]) is None  # no longer than its head: fetched whole
-    assert tokens_json.head_record(raw[:100], 64)["sha256"] == hashlib.sha256(raw[:64]).hexdigest()
 
 
 def test_a_symlink_leading_out_of_the_folder_is_refused(tmp_path):

@@ -8,20 +8,23 @@ from torch.distributed.tensor import DTensor
 
 from tokenmill.train.config import load_train_config
 from tokenmill.train.distributed import setup
-from tokenmill.train.trainer import Trainer
+from tokenmill.train.gradients import forward_backward
+from tokenmill.train.report import LogReporter
+from tokenmill.train.run import Run
 
 config_path, out = sys.argv[1], sys.argv[2]
-trainer = Trainer(load_train_config(config_path))
+config = load_train_config(config_path)
+run = Run(config, LogReporter(config.log_every))
 d = setup()
 try:
-    trainer._build(d)
-    trainer.iterator = iter(trainer.loader)
-    loss, batch = trainer.forward_backward(1)
+    run.build(d)
+    run.iterator = iter(run.loader)
+    loss, batch = forward_backward(run, 1)
     grads = {name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
-             for name, p in trainer.model.named_parameters()}
+             for name, p in run.model.named_parameters()}
     if d.main:
         torch.save({"loss": torch.tensor(loss), "batch": torch.tensor(batch), "grads": grads}, out)
-    trainer.loader.close()
+    run.close()
 finally:
     d.close()
 # A backward with no optimizer step leaves FSDP holding gloo work objects; destroyed during interpreter

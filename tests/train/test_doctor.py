@@ -34,14 +34,14 @@ def _metrics(steps: int, spike: dict[int, str] | None = None) -> list[dict]:
 
 
 def _anomaly(step: int, rank: int, host: str, value: float) -> dict:
-    """A ``rank_anomaly`` event as trainer._rank_anomaly writes it: fingerprints.anomaly_event's, with time and batch."""
+    """A ``rank_anomaly`` event as step._record_anomalies writes it: anomaly_event's, with time and batch."""
     flag = Anomaly(step, rank, host, "cuda:1", "grad_norm_local", "outlier", value, 1.93, 60.92, (1.93, value))
     event, = anomaly_event(step, [flag])
     return {"time": T0 + step, **event, "batch": step - 1}
 
 
 def _rollback(step: int, resumed: int, skipped: list[int], docs: list[tuple[str, str]]) -> dict:
-    """A ``rollback`` event as trainer._rollback writes it, with the skipped batches' documents."""
+    """A ``rollback`` event as restore.rollback writes it, with the skipped batches' documents."""
     return {"time": T0 + step + 0.5, "step": step, "action": "rollback", "rule": "loss_z",
             "reason": "loss 9.1 is 40.2 sigma above its mean 5.3", "loss": 9.1, "grad_norm": 3.2, "batch": step - 1,
             "resumed_from_step": resumed, "lr_scale": 0.5, "clip_scale": 1.0, "skipped_batches": skipped,
@@ -199,7 +199,7 @@ def test_an_event_that_classifies_itself_gives_its_kind_without_a_new_reader():
 
 
 def _verdict(step: int, classification: str, rank: int, decision: str) -> dict:
-    """A ``replay`` event as Trainer._replay writes it: replay.Decision.event's, with time."""
+    """A ``replay`` event as replay_step.replay_step writes it: replay.Decision.event's, with time."""
     bad = (5.4, 1.3e6, 0.5)
     original = Pass("original", 5.35, 6.5e5, ((5.3, 1.6, 0.5), bad), (0, 1))
     same = Pass("same", 5.35, 1.2, ((5.3, 1.6, 0.5), (5.4, 1.3, 0.5)), (0, 1)) if classification == TRANSIENT \

@@ -1,25 +1,32 @@
-"""A checkpoint from someone else runs no code: DCP's ``.metadata`` admits exact (module, name) globals only.
+"""A checkpoint from someone else runs no code and changes nothing: DCP's ``.metadata`` admits exact (module, name)
+globals only, and only the operations DCP's pickle makes on them.
 
 The allow-list is checked against what real ``tokenmill train`` checkpoints hold (recorded with pickletools); a
 generated family of gadgets (every callable reachable by attribute walk from each allowed module, spelled as a
 protocol 4 dotted name through STACK_GLOBAL and GLOBAL, and by its own module and name through GLOBAL and INST) is
-refused with nothing run; and a real run whose ``.metadata`` is replaced by the issue's gadget stops on resume naming
-the file, the marker the gadget would write absent."""
+refused with nothing run; a second family acts on every allowed object with every opcode that changes or calls
+what is on the stack (BUILD, SETITEM(S), APPEND(S), ADDITEMS, REDUCE, NEWOBJ) and is refused with nothing changed;
+and a real run whose ``.metadata`` is replaced by the issue's gadget, or by the reviewer's BUILD on PosixPath, stops
+on resume naming the file, the marker the gadget would write absent and every path of the process as it was."""
 
 from __future__ import annotations
 
 import _compat_pickle
+import contextlib
 import copyreg
+import pathlib
 import dataclasses
 import hashlib
 import io
 import json
+import os
 import pickle
 import pickletools
 import subprocess
 import sys
 import types
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,6 +59,17 @@ def family():
     return gadget_family()
 
 
+@pytest.fixture(scope="module")
+def first_run(tokens, tmp_path_factory):
+    """A real 2-step ``tokenmill train`` run: (output folder, config, its step-2 ``.metadata``'s bytes)."""
+    root = tmp_path_factory.mktemp("unpickle-run")
+    out = root / "run"
+    path = write_config(root / "t.yaml", config(tokens, out, steps=2, checkpoint_every=2, eval_every=0,
+                                                warmup_steps=1))
+    assert main(["train", str(path)]) == 0
+    return out, path, (out / "checkpoints" / "step-000000002" / ".metadata").read_bytes()
+
+
 def pickled_globals(data: bytes) -> set[tuple[str, str]]:
     """Every (module, name) a pickle names, read with pickletools (nothing imported): GLOBAL and INST carry the pair,
     STACK_GLOBAL takes the two strings last pushed or fetched from the memo."""
@@ -76,17 +94,14 @@ def pickled_globals(data: bytes) -> set[tuple[str, str]]:
     return found
 
 
-def test_the_allow_list_is_what_a_real_run_writes_and_it_resumes(tokens, tmp_path, capsys):
+def test_the_allow_list_is_what_a_real_run_writes_and_it_resumes(first_run, capsys):
     """A real 1-rank run's checkpoints name exactly the recorded globals, all allowed, and the run resumes through
     the allow-list. (2 ranks: the same set, recorded when the list was made; their resume through it is
     tests/train/test_trainer.py::test_two_processes_with_torchrun_then_resume_on_one_and_on_three.)"""
     from tokenmill.train.safe_unpickle import ALLOWED
 
-    out = tmp_path / "run"
-    path = write_config(tmp_path / "t.yaml", config(tokens, out, steps=2, checkpoint_every=2, eval_every=0,
-                                                    warmup_steps=1))
-    assert main(["train", str(path)]) == 0, capsys.readouterr().err
-    named = pickled_globals((out / "checkpoints" / "step-000000002" / ".metadata").read_bytes())
+    out, path, metadata = first_run
+    named = pickled_globals(metadata)
     assert named == RECORDED
     assert RECORDED <= ALLOWED.keys()
     # Nothing beyond what was recorded, except other dtypes and Python 3.13's module for PosixPath.
@@ -242,7 +257,8 @@ def test_every_gadget_of_the_family_is_refused_and_nothing_runs(tmp_path, family
 
 def test_an_extension_code_for_a_global_is_refused(tmp_path):
     """EXT1: a global named through copyreg's registry reaches find_class too (the registry is empty unless a
-    library fills it)."""
+    library fills it), even once another unpickler of the process has resolved the code: copyreg keeps what it
+    resolved in a process-wide cache, which pickle's own EXT1 hands out without asking find_class."""
     from tokenmill.train.safe_unpickle import RefusedGlobal, load_metadata
 
     ran = tmp_path / "ran"
@@ -250,8 +266,11 @@ def test_an_extension_code_for_a_global_is_refused(tmp_path):
     try:
         with pytest.raises(RefusedGlobal, match=r"\('posix', 'system'\)"):
             load_metadata(io.BytesIO(b"\x80\x02\x82\xf0" + shell(ran)), "ext.metadata")
+        assert pickle.loads(b"\x80\x02\x82\xf0.") is os.system  # noqa: S301 - fills copyreg's cache
+        with pytest.raises(RefusedGlobal, match=r"\('posix', 'system'\)"):
+            load_metadata(io.BytesIO(b"\x80\x02\x82\xf0" + shell(ran)), "ext.metadata")
     finally:
-        copyreg.remove_extension("posix", "system", 0xF0)
+        copyreg.remove_extension("posix", "system", 0xF0)  # empties the cache too
     assert not ran.exists()
 
 
@@ -259,20 +278,241 @@ def test_a_refusal_survives_the_trip_to_another_rank():
     """DCP sends a rank's failure to the others pickled: the refusal must arrive as itself, or the ranks would fall
     back to an older checkpoint instead of stopping."""
     from tokenmill.train.checkpoint import _RefusedValue
-    from tokenmill.train.safe_unpickle import RefusedGlobal
+    from tokenmill.train.safe_unpickle import RefusedGlobal, RefusedPickle
 
-    for err in (RefusedGlobal("a/.metadata", "posix", "system"), _RefusedValue("__1_0.distcp", "k", "why")):
+    for err in (RefusedGlobal("a/.metadata", "posix", "system"), RefusedPickle("a/.metadata", "uses pickle's X"),
+                _RefusedValue("__1_0.distcp", "k", "why")):
         back = pickle.loads(pickle.dumps(err))  # noqa: S301 - our own exception, as torch's collectives move it
         assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
 
 
-def test_persistent_ids_and_other_objects_are_refused():
+# ---- what DCP never writes, other than a global: refused as crafted, not read as damage
+
+
+def test_persistent_ids_other_top_objects_and_opcodes_dcp_never_writes_are_refused():
+    """Each is refused with RefusedPickle (which stops a resume), naming the file and what it holds; an unknown
+    opcode byte or a cut stream is an ordinary UnpicklingError (damage: the resume falls back)."""
+    from tokenmill.train.safe_unpickle import RefusedGlobal, RefusedPickle, load_metadata
+
+    metadata = "(ctorch.distributed.checkpoint.metadata\nMetadata\n"
+    cases = {
+        "BINPERSID": b"\x80\x02X\x01\x00\x00\x00xQ.", "PERSID": b"Px\n.",
+        "INST": f"{metadata.replace('(c', '(i')}.".encode(), "OBJ": f"{metadata}o.".encode(),
+        "NEWOBJ_EX": f"\x80\x04{metadata[1:]})}}\x92.".encode("latin-1"),
+        "NEXT_BUFFER": b"\x80\x05\x97.", "READONLY_BUFFER": b"\x80\x05N\x98.",
+        "BYTEARRAY8": b"\x80\x05\x96\x01" + bytes(7) + b"x.",
+        "STRING": b"S'x'\n.", "BINSTRING": b"T\x01\x00\x00\x00x.", "SHORT_BINSTRING": b"U\x01x.",
+    }
+    for opcode, data in cases.items():
+        with pytest.raises(RefusedPickle, match=rf"^o\.metadata uses pickle's {opcode} opcode \(.*\), which DCP's "
+                                                "metadata never holds: refused, nothing in the file was run$"):
+            load_metadata(io.BytesIO(data), "o.metadata")
+    with pytest.raises(RefusedGlobal, match=r"\('posix', 'system'\)"):  # INST names its global first
+        load_metadata(io.BytesIO(b"(Vid\niposix\nsystem\n."), "i.metadata")
+    with pytest.raises(RefusedPickle, match="d.metadata has a dict as its top object, not a Metadata"):
+        load_metadata(io.BytesIO(pickle.dumps({"a": 1})), "d.metadata")
+    for damaged in (b"\x80\x04\xff.", pickle.dumps({"a": 1})[:-3], b""):
+        with pytest.raises((pickle.UnpicklingError, EOFError)) as raised:
+            load_metadata(io.BytesIO(damaged), "cut.metadata")
+        assert not isinstance(raised.value, RefusedPickle)
+
+
+# ---- operations on the allowed objects: they are live objects of this process, and change for all of it
+
+
+def allowed_objects() -> dict[str, tuple[object, bytes]]:
+    """Every object a ``.metadata`` can put on the stack without building it, with the opcodes that push it: the
+    allowed globals, and what the allowed calls return that the whole process shares (a layout, an enum member)."""
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+    from torch.serialization import _get_layout
+
+    from tokenmill.train.safe_unpickle import ALLOWED
+
+    found = {f"{module}:{name}": (obj, _text(module) + _text(name) + b"\x93") for (module, name), obj in ALLOWED.items()}
+    layout = found["torch.serialization:_get_layout"][1]
+    found["torch.strided"] = (_get_layout("torch.strided"), layout + plain(("torch.strided",)) + b"R")
+    enum = found["torch.distributed.checkpoint.metadata:_MEM_FORMAT_ENCODING"][1]
+    found.update({str(member): (member, enum + plain((member.value,)) + b"R") for member in _MEM_FORMAT_ENCODING})
+    return found
+
+
+def global_of(obj: object) -> bytes:
+    """STACK_GLOBAL of the allowed pair that stands for ``obj``."""
+    return next(push for value, push in allowed_objects().values() if value is obj)
+
+
+def plain(value: object) -> bytes:
+    """Opcodes that push ``value`` and memoize nothing (so a pickle that follows keeps its memo indices)."""
+    return _tail(pickletools.optimize(pickle.dumps(value, protocol=4)))[:-1]
+
+
+def state_of(objects: list[object]) -> dict[int, tuple[object, dict]]:
+    """Each object's attributes (its ``__dict__``, copied), and _get_layout's cache, by id."""
+    from torch.serialization import _get_layout
+
+    found = {id(obj): (obj, dict(vars(obj))) for obj in objects if hasattr(obj, "__dict__")}
+    found[id(_get_layout.cache)] = (_get_layout.cache, dict(_get_layout.cache))
+    return found
+
+
+def changed(before: dict[int, tuple[object, dict]]) -> list[str]:
+    """What differs from ``before`` (by identity: a replaced value is a change even if equal)."""
+    out: list[str] = []
+    for obj, attrs in before.values():
+        now = obj if isinstance(obj, dict) else vars(obj)
+        out += [f"{obj!r:.40}: {key}" for key in now.keys() | attrs.keys() if now.get(key, out) is not attrs.get(key, out)
+                and not (key == "__slotnames__" and now.get(key) == [])]  # copyreg's cache, when a save pickles it
+    return out
+
+
+@contextlib.contextmanager
+def watched() -> Iterator[list[str]]:
+    """Yields a list that holds, on exit, what changed on the allowed objects; they are then put back at once (on
+    code without the fix a payload that gets through changes them for the whole process, pytest's own paths too)."""
+    before = state_of([obj for obj, _ in allowed_objects().values()])
+    found: list[str] = []
+    try:
+        yield found
+    finally:
+        found += changed(before)
+        for obj, attrs in before.values():
+            if isinstance(obj, dict):
+                obj.clear()
+                obj.update(attrs)
+                continue
+            for key in set(vars(obj)) - set(attrs):
+                delattr(obj, key)
+            for key, value in attrs.items():
+                if vars(obj).get(key, found) is not value:
+                    setattr(obj, key, value)
+
+
+def _tail(metadata: bytes) -> bytes:
+    """A pickled Metadata without its PROTO and FRAME header, to follow a payload in the same stream (it memoizes
+    from 0, so the payload memoizes nothing)."""
+    ops = list(pickletools.genops(metadata))
+    assert ops[0][0].name == "PROTO"
+    return metadata[ops[2][2]:] if ops[1][0].name == "FRAME" else metadata[ops[1][2]:]
+
+
+def operations(target: bytes) -> dict[str, bytes]:
+    """Each opcode that acts on the object below it, applied to the object ``target`` pushes, then POP: BUILD with a
+    dict and with slot state (the reviewer's ``_str`` of PosixPath, the ``cache`` of _get_layout), SETITEM(S),
+    APPEND(S), ADDITEMS, REDUCE with arguments no allowed call takes, NEWOBJ with arguments."""
+    state = plain({"_str": "/tmp/HIJACK", "cache": {}, "__class__": None})
+    return {
+        "BUILD": target + state + b"b0",
+        "BUILD slots": target + b"N" + state + b"\x86b0",
+        "SETITEM": target + b"X\x05\x00\x00\x00cache}s0",
+        "SETITEMS": target + b"(X\x04\x00\x00\x00_strK\x01u0",
+        "APPEND": target + b"K\x01a0",
+        "APPENDS": target + b"(K\x01e0",
+        "ADDITEMS": target + b"(K\x01\x900",
+        "REDUCE": target + plain(("/tmp/HIJACK", 1.5)) + b"R0",
+        "NEWOBJ": target + plain((1,)) + b"\x810",
+    }
+
+
+def test_every_operation_on_an_allowed_object_is_refused_and_changes_nothing():
+    """The reviewer's payload on PosixPath, and its family: every opcode that changes or calls the object below it,
+    applied to every allowed global and to every shared object an allowed call returns, followed by a valid Metadata
+    (so a payload that got through would load). Each is refused naming the opcode, and no attribute of any of them,
+    nor _get_layout's cache, changed. A new path still prints as itself."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
     from tokenmill.train.safe_unpickle import load_metadata
 
-    with pytest.raises(pickle.UnpicklingError, match="persistent id"):
-        load_metadata(io.BytesIO(b"\x80\x02X\x01\x00\x00\x00xQ."), "p.metadata")
-    with pytest.raises(pickle.UnpicklingError, match="holds a dict, not DCP's Metadata"):
-        load_metadata(io.BytesIO(pickle.dumps({"a": 1})), "d.metadata")
+    tail = _tail(pickle.dumps(Metadata(state_dict_metadata={}), protocol=4))
+    let_through = []
+    for label, (obj, target) in allowed_objects().items():
+        for opcode, payload in operations(target).items():
+            try:
+                with watched() as changes:
+                    load_metadata(io.BytesIO(b"\x80\x04" + payload + tail), "op.metadata")
+            except pickle.UnpicklingError as e:  # RefusedPickle, saying which opcode it refused
+                if f"(pickle's {opcode.split()[0]}), which DCP's metadata never holds: refused" not in str(e):
+                    let_through.append((label, opcode, repr(e)))
+            except Exception as e:  # noqa: BLE001 - an error of the object itself: it was acted on
+                let_through.append((label, opcode, repr(e)))
+            else:
+                let_through.append((label, opcode, "loaded"))
+            if changes:
+                let_through.append((label, opcode, changes))
+    assert not let_through, let_through[:10]
+    assert str(pathlib.Path("x")) == "x" and str(pathlib.PosixPath("/a", "b")) == "/a/b"
+
+
+def test_the_data_classes_take_only_their_own_fields_and_are_made_without_arguments():
+    """NEWOBJ makes DCP's metadata classes with no arguments; BUILD gives them a dict of their own fields (never
+    ``__class__``, never slot state), or TensorProperties the five values its __setstate__ takes, each of its type."""
+    from torch.distributed.checkpoint import filesystem, metadata
+
+    from tokenmill.train.safe_unpickle import load_metadata
+
+    classes = [metadata.Metadata, metadata.MetadataIndex, metadata.StorageMeta, metadata.TensorStorageMetadata,
+               metadata.BytesStorageMetadata, metadata.ChunkStorageMetadata, metadata.TensorProperties,
+               filesystem._StorageInfo]
+    for cls in classes:
+        assert "__setstate__" not in vars(cls) or cls is metadata.TensorProperties  # else BUILD must call it
+        made = global_of(cls) + b")\x81"
+        for state in ({"__class__": None}, {"not_a_field": 1}, ({"fqn": "x"}, {"fqn": "x"}), [1],
+                      ("float32", None, False, 0, False)):
+            with pytest.raises(pickle.UnpicklingError, match=r"\(pickle's BUILD\)"):
+                load_metadata(io.BytesIO(b"\x80\x04" + made + plain(state) + b"b."), "b.metadata")
+        with pytest.raises(pickle.UnpicklingError, match=r"with arguments \(pickle's NEWOBJ\)"):
+            load_metadata(io.BytesIO(b"\x80\x04" + global_of(cls) + plain((1,)) + b"\x81."), "n.metadata")
+
+
+def test_the_allowed_calls_take_only_the_arguments_dcp_gives_them():
+    """torch.Size a tuple of ints, PosixPath strings, the memory-format enum an int, _get_layout a string; an Enum
+    called with two arguments would make a new class (its functional API)."""
+    import torch
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+    from torch.serialization import _get_layout
+
+    from tokenmill.train.safe_unpickle import load_metadata
+
+    bad = {torch.Size: [("3",), ((1, "2"),), ([1, 2],)], pathlib.PosixPath: [(1,), (b"/etc",)],
+           _MEM_FORMAT_ENCODING: [("A", "B C"), ("0",)], _get_layout: [(1,), ("torch.strided", 2)]}
+    for func, calls in bad.items():
+        for args in calls:
+            with pytest.raises(pickle.UnpicklingError, match=rf"calls {func.__qualname__} with .* \(pickle's REDUCE\)"):
+                load_metadata(io.BytesIO(b"\x80\x04" + global_of(func) + plain(args) + b"R."), "r.metadata")
+
+
+def test_tuples_nested_a_million_deep_are_refused_before_hashing_crashes_the_process():
+    """A dict keyed by a tuple nested a million deep (3 MB): hashing it overflows the C stack and the process dies
+    of SIGSEGV (the standard unpickler does, and the run with it). Here the nesting is refused past MAX_NESTING,
+    while a tuple nested MAX_NESTING deep is no refusal (this one is, as a dict is not a Metadata)."""
+    from tokenmill.train.safe_unpickle import load_metadata
+
+    deep = b"\x80\x04}" + b")" + b"\x85" * 1_000_000 + b"Ns."
+    with pytest.raises(pickle.UnpicklingError, match=r"^deep.metadata nests tuples more than \d+ deep"):
+        load_metadata(io.BytesIO(deep), "deep.metadata")
+    from tokenmill.train.safe_unpickle import MAX_NESTING
+
+    with pytest.raises(pickle.UnpicklingError, match="top object"):
+        load_metadata(io.BytesIO(b"\x80\x04}" + b")" + b"\x85" * (MAX_NESTING - 1) + b"Ns."), "d.metadata")
+
+
+def test_the_reviewers_payload_before_a_real_metadata_is_refused(first_run):
+    """The payload as reported, GLOBAL pathlib PosixPath; (None, {'_str': ...}); BUILD; POP, followed by the
+    ``.metadata`` of a real run: the standard unpickler loads it and every new path of the process prints as
+    /tmp/rv31/HIJACK."""
+    from tokenmill.train.safe_unpickle import RefusedPickle, load_metadata
+
+    hijack = b"\x80\x02cpathlib\nPosixPath\nN}X\x04\x00\x00\x00_strX\x10\x00\x00\x00/tmp/rv31/HIJACKs\x86b0"
+    data = hijack + _tail(first_run[2])
+    with watched() as changes, pytest.raises(pickle.UnpicklingError) as raised:
+        try:
+            load_metadata(io.BytesIO(data), "hijack.metadata")
+        finally:
+            hijacked = str(pathlib.Path("x"))
+    assert hijacked == "x" and not changes
+    assert isinstance(raised.value, RefusedPickle)
+    assert str(raised.value) == ("hijack.metadata sets the state of the class pathlib.PosixPath (pickle's BUILD), "
+                                 "which DCP's metadata never holds: refused, nothing in the file was run")
+    assert type(load_metadata(io.BytesIO(first_run[2]), "real.metadata")).__name__ == "Metadata"  # itself loads
 
 
 # ---- end to end: a real checkpoint, its .metadata replaced by the issue's gadget, resumed by `tokenmill train`
@@ -296,21 +536,31 @@ def plant(checkpoint: Path, data: bytes) -> Path:
 
 
 def test_a_run_resumed_from_a_gadget_checkpoint_stops_naming_the_file_and_runs_nothing(tokens, tmp_path, capsys):
+    """The issue's gadget, then the reviewer's BUILD on PosixPath before the checkpoint's own metadata: each resume
+    stops with one line naming the file and what it holds; nothing runs, no path of the process changes."""
     out = tmp_path / "run"
     path = write_config(tmp_path / "t.yaml", config(tokens, out, steps=4, checkpoint_every=2, eval_every=0))
     assert main(["train", str(path)]) == 0, capsys.readouterr().err
     capsys.readouterr()
     ran = tmp_path / "MARKER"
     newest = out / "checkpoints" / "step-000000004"
-    target = plant(newest, stack_global(*POPEN, argv(ran)))
-    assert main(["train", str(path), "--steps", "6"]) == 2
-    said = "".join(capsys.readouterr().err.split())  # rich wraps long lines
-    assert not ran.exists()
-    expected = (f"error: checkpoint {newest} is not safe to load: {target} names the Python global {POPEN!r}, "
-                "which DCP never writes; it was refused and nothing in the file was run")
-    assert "".join(expected.split()) in said
-    assert "Traceback" not in said
-    assert not (out / "checkpoints" / "step-000000006").exists()  # it did not fall back and train on
+    real = (newest / ".metadata").read_bytes()
+    hijack = b"\x80\x04" + _text("pathlib") + _text("PosixPath") + b"\x93N" + plain({"_str": str(ran)}) + b"\x86b0"
+    for payload, what in ((stack_global(*POPEN, argv(ran)), f"names the Python global {POPEN!r}"),
+                          (hijack + _tail(real), "sets the state of the class pathlib.PosixPath (pickle's BUILD)")):
+        target = plant(newest, payload)
+        with watched() as changes:
+            try:
+                assert main(["train", str(path), "--steps", "6"]) == 2
+            finally:
+                hijacked = str(pathlib.Path("x"))
+        said = "".join(capsys.readouterr().err.split())  # rich wraps long lines
+        assert not ran.exists() and hijacked == "x" and not changes
+        expected = (f"error: checkpoint {newest} is not safe to load: {target} {what}, "
+                    "which DCP never writes; it was refused and nothing in the file was run")
+        assert "".join(expected.split()) in said
+        assert "Traceback" not in said
+        assert not (out / "checkpoints" / "step-000000006").exists()  # it did not fall back and train on
 
 
 @pytest.mark.slow  # two ranks, launched twice: about 35 s on two busy cores

@@ -17,7 +17,8 @@ import torch
 from tokenmill.loader import TokenLoader
 from tokenmill.train.config import load_train_config, parse_train_config
 from tokenmill.train.model import OPTDecoder, model_config
-from tokenmill.train.trainer import KILL_AFTER_STEP_ENV, Trainer, padded_vocab
+from tokenmill.train.run import padded_vocab
+from tokenmill.train.trainer import KILL_AFTER_STEP_ENV, Trainer
 from tests.train.runs import config, constant_docs, env, losses, metrics, torchrun, write_config, write_tokens
 
 HERE = Path(__file__).parent

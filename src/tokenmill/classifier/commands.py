@@ -72,7 +72,7 @@ def metrics_table(result: TrainResult) -> Table:
 def quality_train(args: argparse.Namespace) -> int:
     """`tokenmill quality train CONFIG`: the classifier trained, `model.bin` and `model.json` written."""
     from tokenmill.classifier.config import load_train_config
-    from tokenmill.classifier.fasttext_model import fasttext_module
+    from tokenmill.fasttext.binding import fasttext_module
     from tokenmill.classifier.train import train_classifier
 
     config = load_train_config(args.config)  # every key checked before any file is read

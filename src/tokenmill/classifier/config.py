@@ -9,12 +9,13 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, StrictInt, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config import SourceConfig, _expand_fields, read_config, validate_config
-from tokenmill.pipeline.patterns import expand_pattern, matched_files, pattern_problems
-from tokenmill.pipeline.config_base import StrictModel
-from tokenmill.pipeline.contract import resolve
-from tokenmill.stages.clean.normalize import NormalizeConfig
-from tokenmill.stages.clean.pii import PiiConfig
+from tokenmill.fasttext.model_file import MAX_NGRAM
+from tokenmill.pipeline.config import _expand_fields, read_config, validate_config
+from tokenmill.config_base import StrictModel, resolve
+from tokenmill.sources.config import SourceConfig
+from tokenmill.sources.patterns import expand_pattern, matched_files, pattern_problems
+from tokenmill.text.normalize import NormalizeConfig
+from tokenmill.text.pii import PiiConfig
 
 LABEL_PREFIX = "__label__"
 """fastText's default label prefix: a word starting with it is a label, never a feature."""
@@ -68,8 +69,8 @@ class FastTextOptions(StrictModel):
     """Loss: `softmax`, `ns` (negative sampling), `hs` (hierarchical softmax) or `ova` (one-vs-all)."""
     minn: int = Field(default=0, ge=0)
     """Shortest character n-gram (0: none, fastText's supervised default)."""
-    maxn: int = Field(default=0, ge=0)
-    """Longest character n-gram (0: none)."""
+    maxn: int = Field(default=0, ge=0, le=MAX_NGRAM)
+    """Longest character n-gram (0: none), at most 12: the most a model may use (`model_file.MAX_NGRAM`)."""
 
     @model_validator(mode="after")
     def _ngram_range(self) -> "FastTextOptions":

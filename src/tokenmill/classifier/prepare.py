@@ -2,7 +2,7 @@
 
 Training (`train.py`) and scoring (`score.py`, then the clean filter) both call `prepare` with the options the
 model's sidecar records, so a text becomes the same line in both. It runs after the clean stage's normalization
-(`stages/clean/normalize.py`), which the caller applies: the clean chain has done it by the time a filter sees a text.
+(`text/normalize.py`), which the caller applies: the clean chain has done it by the time a filter sees a text.
 Scoring hands fastText `predict_line(text)`: the same words as `prepare(text)`, as UTF-8 bytes, whitespace runs left
 for fastText to skip, about 3x cheaper (tests/classifier/test_prepare.py checks the words, test_score the scores).
 """

@@ -7,7 +7,6 @@ from typing import Sequence
 import numpy as np
 
 from tokenmill.classifier.config import PrepareOptions
-from tokenmill.classifier.fasttext_model import load_model  # noqa: F401 - the checked load, where scorers find it
 from tokenmill.classifier.prepare import predict_line
 
 

@@ -29,21 +29,21 @@ from typing import Any
 import numpy as np
 
 from tokenmill.classifier.config import AUTO, LABEL_PREFIX, ClassifierTrainConfig
-from tokenmill.classifier.fasttext_model import fasttext_distribution, fasttext_module, load_model
 from tokenmill.classifier.fit import fit
 from tokenmill.classifier.metrics import classification_report
 from tokenmill.classifier.prepare import prepare
 from tokenmill.classifier.score import score_texts
 from tokenmill.digest import file_sha256
 from tokenmill.errors import TokenmillError
-from tokenmill.pipeline.config import SourceConfig
-from tokenmill.pipeline.patterns import source_files
-from tokenmill.pipeline.documents import canonical_json
-from tokenmill.readers import READERS
+from tokenmill.fasttext.binding import fasttext_distribution, fasttext_module, load_model
+from tokenmill.documents import canonical_json
 from tokenmill.readers.base import check_unchanged, file_stamp
-from tokenmill.stages.clean.normalize import NormalizeConfig, normalize
-from tokenmill.stages.clean.pii import PiiConfig, replace_pii
-from tokenmill.stages.sample import keep_mask, sample_keys
+from tokenmill.sampling import keep_mask, sample_keys
+from tokenmill.sources.config import SourceConfig
+from tokenmill.sources.formats import READERS
+from tokenmill.sources.patterns import source_files
+from tokenmill.text.normalize import NormalizeConfig, normalize
+from tokenmill.text.pii import PiiConfig, replace_pii
 
 log = logging.getLogger(__name__)
 

@@ -33,14 +33,14 @@ every edit joins it in one comparison, so the clusters come out whole.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from tokenmill.dedup.verify import jaccard_many as _jaccard_against
 
-__all__ = ["BucketResult", "LeaderResult", "central_order", "cluster_bucket", "leader_edges"]
+__all__ = ["BucketResult", "LeaderResult", "central_order", "cluster_bucket", "cluster_groups", "leader_edges"]
 
 _EPS = 1e-12  # float slack on the triangle bound, so rounding never rules out a real partner
 
@@ -110,21 +110,12 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
         :class:`LeaderResult`; ``compared + inferred + not_verified == k*(k-1)/2`` for ``k = len(docs)``.
         Deterministic: a function of the arguments only.
     """
-    if not 0.0 < threshold < 1.0:
-        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
-    if max_comparisons < 1:
-        raise ValueError(f"max_comparisons must be >= 1, got {max_comparisons}")
+    _check_leader_args(threshold, max_comparisons)
     near = 2.0 * threshold - 1.0 - _EPS
     leaders: list[int] = []
     members: list[list[int]] = []  # per leader: its direct members (each with J > threshold to it)
     parent: list[int] = []         # union-find over leader indices: clusters joined by verified edges
     bank = _Bank()
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
 
     a: list[int] = []
     b: list[int] = []
@@ -145,7 +136,7 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
 
         def join(leader: int) -> None:
             nonlocal joined
-            r = find(leader)
+            r = _find(parent, leader)
             if joined is None:
                 joined = r
             elif r != joined:
@@ -158,7 +149,7 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
         # Clusters that may hold a partner of x (triangle inequality), nearest first.
         maybe = np.flatnonzero((to_leader > near) & (to_leader <= threshold))
         for i in maybe[np.lexsort((maybe, -to_leader[maybe]))].tolist():
-            if joined is not None and find(i) == find(joined):
+            if joined is not None and _find(parent, i) == _find(parent, joined):
                 continue
             # A member can pass only if its size ratio with x is above t.
             group = [m for m in members[i]
@@ -177,7 +168,7 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
                 join(i)
         # Eligible leaders past the budget, in clusters x is not connected to: undecided, with their members.
         for i in eligible[max_comparisons:].tolist():
-            if joined is None or find(i) != find(joined):
+            if joined is None or _find(parent, i) != _find(parent, joined):
                 not_verified += 1 + len(members[i])
         if passed.size:
             members[int(passed[0])].append(x)
@@ -187,13 +178,28 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
             parent.append(len(parent))
             bank.add(sx)
             if joined is not None:
-                parent[find(len(parent) - 1)] = find(joined)
+                parent[_find(parent, len(parent) - 1)] = _find(parent, joined)
 
     k = len(docs)
     ua, ub = np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)
     pairs = np.stack([np.minimum(ua, ub), np.maximum(ua, ub)], axis=1).reshape(-1, 2)
     return LeaderResult(pairs, np.asarray(sims, dtype=np.float64), compared, compared - len(a),
                         k * (k - 1) // 2 - compared - not_verified, not_verified)
+
+
+def _check_leader_args(threshold: float, max_comparisons: int) -> None:
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+    if max_comparisons < 1:
+        raise ValueError(f"max_comparisons must be >= 1, got {max_comparisons}")
+
+
+def _find(parent: list[int], i: int) -> int:
+    """The root of ``i`` in the union-find ``parent``, halving the path on the way."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
 
 
 class BucketResult(NamedTuple):
@@ -251,3 +257,14 @@ def cluster_bucket(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thre
     passed = sum(len(p.pairs) for p in passes)
     return BucketResult(pairs[first_of], sims[first_of], compared, passed, compared - passed,
                         min(p.not_verified for p in passes), len(passes) > 1)
+
+
+def cluster_groups(bucket: np.ndarray, doc: np.ndarray, visit: Callable[[np.ndarray], np.ndarray],
+                   shingles: Mapping[int, np.ndarray], threshold: float, max_comparisons: int) -> list[BucketResult]:
+    """:func:`cluster_bucket` on each group of over-cap buckets: `doc` its members, a group a run of equal
+    `bucket`, each group's members in the order `visit` gives (the clusters phase's keep order)."""
+    if not doc.size:
+        return []
+    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+    return [cluster_bucket(group[visit(group)].tolist(), shingles, threshold, max_comparisons)
+            for group in np.split(doc, starts[1:])]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["jaccard", "jaccard_many", "verify"]
+__all__ = ["jaccard", "jaccard_many", "unique_edges", "unique_pairs", "verify"]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -81,3 +81,22 @@ def verify(pairs: np.ndarray, shingles: Mapping[int, np.ndarray], threshold: flo
         data = np.concatenate(sets).astype(np.uint64, copy=False) if bounds[-1] else np.zeros(0, np.uint64)
         sims[order[s:e]] = jaccard_many(np.asarray(shingles[x], dtype=np.uint64), data, bounds)
     return sims, sims > threshold
+
+
+def unique_pairs(a: np.ndarray, b: np.ndarray, exact: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs routed to one verify task, each (a, b, exact) once: exact pairs first, then by (a, b)."""
+    order = np.lexsort((b, a, ~exact))
+    a, b, exact = a[order], b[order], exact[order]
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (exact[1:] != exact[:-1])]
+    return a[first], b[first], exact[first]
+
+
+def unique_edges(pairs: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, duplicate-free edges (a pair found in several buckets once; its Jaccard is the same each time)."""
+    pairs = pairs.reshape(-1, 2).astype(np.uint64, copy=False)
+    if not len(pairs):
+        return pairs, sims
+    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+    pairs, sims = pairs[order], sims[order]
+    first = np.r_[True, (pairs[1:] != pairs[:-1]).any(axis=1)]
+    return pairs[first], sims[first]

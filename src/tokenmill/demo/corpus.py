@@ -108,6 +108,22 @@ def _file_quotas(total: int, weights: list[float]) -> list[int]:
     return quota
 
 
+def _plant_plan(spec: SourceSpec, plant_rnd: random.Random, latest: list[int]) -> dict[int, list]:
+    """{file index: [(position, planter number, planter)]}: each planter of the source goes to a file of its stream
+    (round robin), after a given number of generated records (at most `latest[file]`)."""
+    plan: dict[int, list] = {f: [] for f in range(spec.n_files)}
+    per_stream: dict[str, int] = {}
+    for j, p in enumerate(p for p in PLANTERS if p.source == spec.name):
+        candidates = [f for f, file in enumerate(spec.files) if file.stream == p.stream]
+        if not candidates:
+            raise ValueError(f"planter {p.kind!r}: source {spec.name!r} has no {p.stream!r} files")
+        k = per_stream.get(p.stream, 0)
+        per_stream[p.stream] = k + 1
+        f = candidates[k % len(candidates)]
+        plan[f].append((plant_rnd.randint(0, latest[f]), j, p))
+    return plan
+
+
 def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_source: int,
                   target_bytes: int | None, unique) -> dict:
     # Independent, explicitly seeded generators per source: adding a source or changing one
@@ -137,17 +153,7 @@ def _write_source(out: Path, spec: SourceSpec, index: int, seed: int, docs_per_s
         quota = [MIN_RECORDS_PER_FILE] * n
         byte_quota = [math.ceil(target_bytes * spec.share * w / sum(weights)) for w in weights]
         latest = quota
-    # Each planter goes to a file of its stream (round robin), after a given number of generated records.
-    plan: dict[int, list] = {f: [] for f in range(n)}
-    per_stream: dict[str, int] = {}
-    for j, p in enumerate(p for p in PLANTERS if p.source == spec.name):
-        candidates = [f for f, file in enumerate(spec.files) if file.stream == p.stream]
-        if not candidates:
-            raise ValueError(f"planter {p.kind!r}: source {spec.name!r} has no {p.stream!r} files")
-        k = per_stream.get(p.stream, 0)
-        per_stream[p.stream] = k + 1
-        f = candidates[k % len(candidates)]
-        plan[f].append((plant_rnd.randint(0, latest[f]), j, p))
+    plan = _plant_plan(spec, plant_rnd, latest)
 
     for pattern in spec.clean:
         for stale in out.glob(pattern):

@@ -225,7 +225,7 @@ def clean_article(ctx: PlantContext) -> str:
     nothing about dedup."""
     import numpy as np
 
-    from tokenmill.stages.clean.quality import QualityConfig, quality
+    from tokenmill.text.quality import QualityConfig, quality
 
     from .documents import DocumentMaker
 

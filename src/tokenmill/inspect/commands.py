@@ -10,8 +10,9 @@ never as rich markup.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+import pyarrow.fs as pafs
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from tokenmill.errors import TokenmillError
 from tokenmill.inspect.samples import ANY, samples
+from tokenmill.pipeline.manifest import MANIFEST, read_manifest
 
 SHOWN = ("lang", "escape_score", "escape_counts", "clean_steps")  # annotations printed under the title when present
 
@@ -79,10 +81,10 @@ def print_ranked(args: argparse.Namespace) -> int:
 
 def report_contamination(args: argparse.Namespace) -> int:
     """`tokenmill report contamination RUN`: which evaluation items the corpus held, per set and source."""
-    path = Path(args.run) / "decontaminate" / "manifest.json"
+    path = Path(args.run) / "decontaminate" / MANIFEST
     if not path.is_file():
         raise TokenmillError(f"{path} does not exist: run the decontaminate stage first")
-    report = json.loads(path.read_text(encoding="utf-8"))["content"].get("report", {})
+    report = read_manifest(pafs.LocalFileSystem(), str(path.parent), required=True)["content"].get("report", {})
     table = Table(title=f"contamination in {escape(args.run)}", title_justify="left")
     for col in ("evaluation set", "items", "n", "by n-gram", "whole", "too short", "no text", "segments",
                 "seg. n-gram / whole", "found", "% found", "by source (items)"):

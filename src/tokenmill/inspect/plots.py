@@ -116,7 +116,7 @@ def contamination_bars(run=None) -> Figure:
 def _bin_counts(rows) -> np.ndarray:
     """Documents per bin of the clean stage's fixed logit bins, from the manifest's [low, high, documents] rows (the
     rows list only bins with any; each is found by its midpoint, which lies inside it whatever the rounding)."""
-    from tokenmill.stages.clean.score_histogram import BINS, EDGES
+    from tokenmill.text.score_histogram import BINS, EDGES
 
     counts = np.zeros(BINS)
     for low, high, docs in rows:
@@ -127,7 +127,7 @@ def _bin_counts(rows) -> np.ndarray:
 def score_histograms(run=None, stage: str = "clean") -> Figure:
     """Each classifier's score histogram per source (share of the source's scored documents per bin, on a logit
     axis: the manifest's bins are equal logit steps) with the thresholds applied to that source as dashed lines."""
-    from tokenmill.stages.clean.score_histogram import EDGES
+    from tokenmill.text.score_histogram import EDGES
 
     report = classifier_report(run, stage)
     fig = Figure(figsize=(9, 3.2 * max(len(report), 1)), layout="constrained")

@@ -8,16 +8,17 @@ working directory when tokenmill is installed elsewhere). Errors a user can fix 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tokenmill.errors import TokenmillError
+from tokenmill.pipeline.manifest import DROPPED, MANIFEST, SHARDS, read_manifest
 
 if TYPE_CHECKING:
     import polars as pl
@@ -48,7 +49,7 @@ def stages(run: str | os.PathLike | None = None) -> list[str]:
 
     root = run_dir(run)
     present = [p.name for p in root.iterdir()
-               if p.is_dir() and not p.name.startswith("_") and ((p / "manifest.json").is_file() or (p / "shards").is_dir())]
+               if p.is_dir() and not p.name.startswith("_") and ((p / MANIFEST).is_file() or (p / SHARDS).is_dir())]
     order = stage_order()
     return sorted(present, key=lambda s: (order.index(s) if s in order else len(order), s))
 
@@ -63,15 +64,15 @@ def stage_dir(run: str | os.PathLike | None, stage: str) -> Path:
 
 def manifest(run: str | os.PathLike | None, stage: str) -> dict:
     """The ``content`` part of a stage's manifest (written when the stage completed)."""
-    path = stage_dir(run, stage) / "manifest.json"
+    path = stage_dir(run, stage) / MANIFEST
     if not path.is_file():
         raise TokenmillError(f"{path} does not exist: the stage {stage!r} has not completed")
-    return json.loads(path.read_text(encoding="utf-8"))["content"]
+    return read_manifest(pafs.LocalFileSystem(), str(path.parent), required=True)["content"]
 
 
 def shard_files(run: str | os.PathLike | None, stage: str, dropped: bool = False) -> list[Path]:
     """Kept (``shards/``) or dropped (``dropped/``) Parquet files of a stage, sorted by name."""
-    folder = stage_dir(run, stage) / ("dropped" if dropped else "shards")
+    folder = stage_dir(run, stage) / (DROPPED if dropped else SHARDS)
     return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
 
 

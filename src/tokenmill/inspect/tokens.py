@@ -12,11 +12,10 @@ import random
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from tokenmill.errors import TokenmillError
 from tokenmill.inspect.runs import stage_dir
-from tokenmill.tokenize import tokens_json
+from tokenmill.tokenize import bundle, tokens_json
 
 
 def _index(run) -> tokens_json.TokensIndex:
@@ -53,7 +52,7 @@ def _sidecars(run, split: str | None) -> list[tuple[str, str, Path]]:
     index = _index(run)
     if split is not None and split not in index.splits:
         raise TokenmillError(f"no split {split!r} in {index.path}; splits: {', '.join(index.splits)}")
-    return [(sp, f["prefix"], index.folder / (f["prefix"] + ".docs.parquet"))
+    return [(sp, f["prefix"], index.folder / (f["prefix"] + bundle.DOCS))
             for sp, entry in index.splits.items() if split in (None, sp) for f in entry["files"]]
 
 
@@ -61,7 +60,7 @@ def document_lengths(run=None, split: str | None = "train") -> dict[str, np.ndar
     """Tokens per document (end-of-text included), per source, from the sidecars of ``split`` (None: all)."""
     lengths: dict[str, list[int]] = {}
     for _, _, path in _sidecars(run, split):
-        t = pq.read_table(path, columns=["source", "tokens"])
+        t = bundle.read_docs(path, columns=["source", "tokens"])
         for source, n in zip(t["source"].to_pylist(), t["tokens"].to_pylist()):
             lengths.setdefault(source, []).append(n)
     return {s: np.asarray(v, dtype=np.int64) for s, v in sorted(lengths.items())}
@@ -85,7 +84,7 @@ def length_percentiles(run=None, split: str | None = "train", q=(10, 50, 90, 99)
 def tokenizer(run=None):
     """The run's tokenizer (``tokenize/tokenizer.json``) as ``tokenmill.tokenize.tokenizer.LoadedTokenizer``, once its
     sha256 matches the one ``tokens.json`` records (else a TokenmillError naming the file)."""
-    from tokenmill.loader.verify import file_sha256
+    from tokenmill.digest import file_sha256
     from tokenmill.tokenize.tokenizer import load_tokenizer
 
     index = _index(run)
@@ -108,7 +107,8 @@ def verify_token_files(run=None, on_file=None) -> list[dict]:
     """
     import time
 
-    from tokenmill.loader.verify import Check, cache_dir, verify_file
+    from tokenmill.loader.verify import Check, verify_file
+    from tokenmill.markers import markers_dir
 
     index = _index(run)
     folder = index.folder
@@ -117,12 +117,12 @@ def verify_token_files(run=None, on_file=None) -> list[dict]:
         for f in entry["files"]:
             for ext, sha in sorted(f["sha256"].items()):
                 checks.append((split, Check(folder / (f["prefix"] + ext), sha)))
-    cache, rows = cache_dir(), []
+    cache, rows = markers_dir(), []
     for split, check in checks:
         t0 = time.perf_counter()
         try:
             # Token files get a marker; the tokenizer is read by `tokens stats`, which hashes it every time.
-            verify_file(check, cache if check.path.suffix in (".bin", ".idx") else None, use_markers=False)
+            verify_file(check, cache if check.path.suffix in (bundle.BIN, bundle.IDX) else None, use_markers=False)
             error = None
         except tokens_json.DataError as err:
             error = str(err)
@@ -146,7 +146,7 @@ def decoded_samples(run=None, n: int = 3, seed: int = 0, split: str | None = "tr
     index = _index(run)
     candidates = []
     for sp, prefix, path in _sidecars(index, split):
-        t = pq.read_table(path, columns=["id", "source", "subset", "tokens"]).to_pylist()
+        t = bundle.read_docs(path, columns=list(bundle.DOCS_COLUMNS)).to_pylist()
         candidates += [(sp, prefix, i, row) for i, row in enumerate(t) if source in (None, row["source"])]
     if source is not None and not candidates:
         raise TokenmillError(f"no tokenized documents of source {source!r}")

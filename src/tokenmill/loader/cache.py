@@ -17,7 +17,9 @@ and workers share the folder:
   loader checks its files (`verify.verify_file`): its sha256, or the node's marker of a check of that file with the
   same size, mtime and ctime (a download leaves one: it was hashed as it was written). The check runs under the
   shared lock, so nobody evicts the file meanwhile; a damaged copy (another size or sha256: a write, a truncation,
-  a disk fault) is removed under the exclusive lock and fetched again, counted and logged.
+  a disk fault) is removed under the exclusive lock and fetched again, counted and logged. An object with no
+  recorded sha256 exists only when the user set the loader's ``allow_unhashed`` (`CachedObject` refuses it
+  otherwise): then it is used as found.
 - **Pins.** A loader reading an object holds its lock shared. Eviction takes a lock exclusively without waiting,
   so an object in use by any process of the node is never removed; among the others, the least recently used
   goes first (the mtime of its lock file, touched at every pin), skipping the objects this process expects to read
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from tokenmill.errors import ConfigError
 from tokenmill.loader.locks import EXCLUSIVE, NOWAIT, SHARED, flock, open_lock
-from tokenmill.loader.verify import Check, HashMismatch, forget, mark_verified, verify_file
+from tokenmill.loader.verify import Check, HashMismatch, forget, mark_verified, require_recorded, verify_file
 from tokenmill.tokenize.tokens_json import SHA256, DataError
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,14 @@ class CachedObject:
     name: str
     """Its file name in the cache."""
     sha256: str
-    """As recorded ("" when not: then it is used unchecked)."""
+    """As recorded ("" when not: only with ``allow_unhashed``)."""
     size: int | None = None
     """Its size when known in advance (a ``.bin``: tokens x item size); checked against the store's."""
     length: int | None = None
     """Only the object's first ``length`` bytes (a ``.bin``'s head: ``sha256`` is theirs)."""
+    allow_unhashed: bool = False
+    """An object without a recorded sha256 may be served unchecked (the loader's ``allow_unhashed``, the user's
+    choice); without it such an object cannot be made, so the cache never takes "nothing recorded" for "checked"."""
 
     def __post_init__(self):
         # Names come from tokens.json's hashes, which tokens_json.validate checked; checked again where they become
@@ -68,11 +73,13 @@ class CachedObject:
         if not NAME.fullmatch(self.name) or (self.sha256 and not SHA256.fullmatch(self.sha256)):
             raise DataError(f"{self.uri}: {self.name!r:.100} (sha256 {self.sha256!r:.100}) is not the name of a file "
                             "of the token cache: a sha256 in tokens.json must be 64 lowercase hex characters")
+        if not self.sha256 and not self.allow_unhashed:
+            require_recorded(self.uri.rsplit("/", 1)[0], [self.uri], allow=False)
 
 
 class TokenCache:
     """The bounded cache folder, as one process uses it (its pins, window and counters are its own; a forked
-    worker starts with none). ``markers``: the folder of the node's verified-file markers (`verify.cache_dir`; None:
+    worker starts with none). ``markers``: the folder of the node's verified-file markers (`markers.markers_dir`; None:
     a copy found in the folder is hashed at each first pin)."""
 
     def __init__(self, folder: Path, limit: int, store, timeout: float = 120.0, markers: Path | None = None):
@@ -179,7 +186,7 @@ class TokenCache:
         if want is not None and st.st_size != want:
             problem = f"{st.st_size} bytes where tokens.json implies {want}"
         elif not obj.sha256:
-            return True  # nothing recorded to check it by (the loader warns of such files)
+            return True  # nothing recorded to check it by: only with allow_unhashed (the loader warned of it)
         else:
             try:
                 verify_file(Check(path, obj.sha256), self.markers)

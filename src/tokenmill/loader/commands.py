@@ -21,7 +21,8 @@ def loader_explain(args: argparse.Namespace) -> int:
 
     try:
         state = state_from(args.state)
-        batch, rows = explain(state, step=args.step, batch=args.batch, paths=args.paths)
+        batch, rows = explain(state, step=args.step, batch=args.batch, paths=args.paths,
+                              allow_unhashed=args.allow_unhashed)
     except (OSError, ValueError, DataError, ResumeError) as err:
         raise TokenmillError(str(err)) from None
     if args.json:

@@ -27,7 +27,8 @@ from tokenmill.loader.mixture import MixtureSchedule
 from tokenmill.loader.order import GlobalOrder, Located
 from tokenmill.loader.state import STATE_VERSION, ResumeError, check_state_shape
 from tokenmill.loader.streams import load_streams
-from tokenmill.loader.verify import Check, FileVerifier, cache_dir
+from tokenmill.loader.verify import Check, FileVerifier, require_recorded, unhashed
+from tokenmill.markers import markers_dir
 from tokenmill.loader.weights import resolve_weights
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,11 @@ class TokenLoader:
             starts here; a batch is handed out only once the files it reads are verified, and a mismatch is a
             DataError naming the file (``tokenmill.loader.verify``). Verified files are remembered per node.
             Files fetched from a URI are always checked, as they arrive, before any batch reads them.
+        allow_unhashed: read token files whose ``.bin`` or ``.idx`` sha256 `tokens.json` does not record, unchecked
+            (with a warning naming them). Off (default), such a file of a served stream is a DataError naming the
+            index and the file when the loader is built: from a URI always (nothing else checks a download), and
+            locally unless ``verify`` is off. The tokenize stage records every sha256, so only an index edited or
+            made elsewhere lacks one, and an index from someone else could leave one out to have any bytes served.
         cache_dir: where files of a `tokens.json` URI are cached on this node (default ``$TOKENMILL_TOKEN_CACHE``,
             else ``$XDG_CACHE_HOME/tokenmill/tokens``, else ``~/.cache/tokenmill/tokens``); the ranks and workers of a
             node share it, and each file is fetched once while it stays.
@@ -220,7 +226,7 @@ class TokenLoader:
                  position_ids: bool = False, pin_memory: bool = False,
                  prefetch_factor: int = 2, verify: bool = True, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None, fetch_timeout: float = 120.0, prefetch_threads: int = 4,
-                 prefetch_bytes: int | None = None):
+                 prefetch_bytes: int | None = None, allow_unhashed: bool = False):
         if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__"):
             paths = [paths]
         if seq_len <= 0:
@@ -249,6 +255,10 @@ class TokenLoader:
             store = ObjectStore(FetchPolicy(timeout=float(fetch_timeout)))
         self.streams, self.info = load_streams(self.paths, split, store)
         self.weights = resolve_weights(self.streams, self.seq_len, weights, len(self.paths))
+        if not isinstance(allow_unhashed, bool):
+            raise ConfigError(f"allow_unhashed must be true or false, got {allow_unhashed!r}")
+        self.allow_unhashed = allow_unhashed
+        self._require_hashes(local=verify)  # before anything is fetched or hashed
         schedule = MixtureSchedule.build([self.weights[s.name] for s in self.streams])
         self.order = GlobalOrder(self.streams, self.seq_len, self.seed, schedule, shuffle, shuffle_block,
                                  shuffle_window)
@@ -266,12 +276,20 @@ class TokenLoader:
 
     # -- object storage ------------------------------------------------------------------------------------------
 
+    def _require_hashes(self, local: bool) -> None:
+        """Every ``.bin`` and ``.idx`` of a served stream has a recorded sha256 to be checked by: remote files always
+        (the cache checks each as it arrives and when it finds it), local ones when ``local`` (``verify``); else a
+        DataError naming the index and the file, unless ``allow_unhashed`` (`verify.require_recorded`)."""
+        for d, index in enumerate(self.paths):
+            names = [name for s in self.streams if s.dataset == d and self.weights[s.name] > 0 for f in s.files
+                     if local or isinstance(f.prefix, str) for name in unhashed(f)]
+            require_recorded(index, names, self.allow_unhashed)
+
     def _fetcher(self, store, cache_dir, cache_bytes, threads: int, window: int | None):
         """The cache and prefetcher of the streams read from URIs; the bound checked before any fetch."""
         from tokenmill.loader.cache import CachedObject, TokenCache
         from tokenmill.loader.prefetch import TokenFetcher
         from tokenmill.loader.remote import check_objects, local_name
-        from tokenmill.loader.verify import cache_dir as verified_markers  # (``cache_dir`` is the argument here)
         from tokenmill.tokenize.indexed import index_bytes
         from tokenmill.loader.streams import HEAD
 
@@ -280,12 +298,15 @@ class TokenLoader:
         remote = [s for s in self.streams if s.files and isinstance(s.files[0].prefix, str)]  # files are URIs
         for stream in remote:
             itemsize = stream.dtype.itemsize
+            # A file without a recorded sha256 is refused (`_require_hashes`) unless the user allows it; a stream of
+            # weight 0 is never read (its files are only listed, for their sizes).
+            unchecked = self.allow_unhashed or self.weights[stream.name] == 0
             for i, f in enumerate(stream.files):
                 bin_uri, idx_uri = f"{f.prefix}.bin", f"{f.prefix}.idx"
                 objects[(stream.name, i)] = (CachedObject(bin_uri, local_name(bin_uri, f.sha256, ".bin"), f.sha256,
-                                                          f.tokens * itemsize),
+                                                          f.tokens * itemsize, allow_unhashed=unchecked),
                                              CachedObject(idx_uri, local_name(idx_uri, f.idx_sha256, ".idx"),
-                                                          f.idx_sha256))
+                                                          f.idx_sha256, allow_unhashed=unchecked))
                 # One sequence per document, as tokenize writes them: header + lengths, pointers, document indices.
                 sizes[(stream.name, i)] = f.tokens * itemsize + index_bytes(f.documents)
         check_objects(store, {o.uri: o.size for pair in objects.values() for o in pair})
@@ -339,7 +360,7 @@ class TokenLoader:
             # blocks with 2 workers went from 7,861 to 25,148 samples/s at 1.10 bytes fetched per byte used.)
             share = 1 if self.order.block is not None else max(1, self.num_workers)
             window = total if cache_bytes >= total else cache_bytes // (2 * share)
-        cache = TokenCache(folder, cache_bytes, store, timeout=store.policy.timeout, markers=verified_markers())
+        cache = TokenCache(folder, cache_bytes, store, timeout=store.policy.timeout, markers=markers_dir())
         # Files kept open past their micro-batch: all when the cache holds all the data, else the window's share.
         fetcher = TokenFetcher(cache, objects, sizes, int(window), threads,
                                hold_bytes=total if cache_bytes >= total else int(window))
@@ -367,27 +388,21 @@ class TokenLoader:
     def _verifier(self) -> FileVerifier:
         """A background check of every file of a stream that is served (weight above 0): one group per token file,
         its ``.bin`` and ``.idx`` together."""
-        groups, self._group_base, unrecorded = [], [], []
+        groups, self._group_base = [], []
         for stream in self.streams:
             self._group_base.append(len(groups))
             served = self.weights[stream.name] > 0
             for f in stream.files:
                 if stream.fetcher is not None:  # checked as it is fetched, before any read
-                    if served and not f.sha256:
-                        unrecorded.append(f"{f.prefix}.bin")
                     groups.append([])
                     continue
+                # A file without a recorded sha256 got this far only with allow_unhashed (`_require_hashes`).
                 checks = [Check(Path(f"{f.prefix}{ext}"), sha) for ext, sha in ((".bin", f.sha256),
                                                                                   (".idx", f.idx_sha256)) if sha]
-                if served and not f.sha256:
-                    unrecorded.append(f"{f.prefix}.bin")
                 groups.append(checks if served else [])
-        if unrecorded:
-            log.warning("%d token files have no sha256 in their tokens.json and are not verified (first: %s); "
-                        "rerun the tokenize stage to record them", len(unrecorded), unrecorded[0])
         # Each rank starts at another file: with the node's markers and locks, the ranks of a node hash in parallel.
         first = len(groups) * self.layout.rank // max(1, self.layout.world_size)
-        return FileVerifier(groups, cache_dir(), first).start()
+        return FileVerifier(groups, markers_dir(), first).start()
 
     def close(self) -> None:
         """Stop background verification and fetching, and let go of cached files (call before the process exits; a

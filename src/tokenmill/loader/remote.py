@@ -21,7 +21,7 @@ from typing import BinaryIO, Callable, TypeVar
 
 import pyarrow.fs as pafs
 
-from tokenmill.pipeline.uris import check_uri
+from tokenmill.sources.uris import check_uri
 from tokenmill.tokenize.tokens_json import FILE, SHA256, DataError, TokensIndex, validate
 
 log = logging.getLogger(__name__)

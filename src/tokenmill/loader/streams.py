@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenmill.tokenize import tokens_json
+from tokenmill.tokenize import bundle, tokens_json
 from tokenmill.tokenize.indexed import IndexedReader, parse_index
 from tokenmill.tokenize.tokens_json import DataError
 
@@ -255,9 +255,9 @@ def load_streams(paths: list[str | Path], split: str, store=None) -> tuple[list[
             sources = sorted(entry["by_source"]) or ["(unknown)"]
             hashes = entry["sha256"]
             head = entry.get("head") or {}
-            f = TokenFile(index.prefix_path(entry), entry["tokens"], entry["documents"], hashes.get(".bin", ""),
-                          hashes.get(".idx", ""), head.get("bytes", 0), head.get("sha256", ""),
-                          hashes.get(".docs.parquet", ""))
+            f = TokenFile(index.prefix_path(entry), entry["tokens"], entry["documents"], hashes.get(bundle.BIN, ""),
+                          hashes.get(bundle.IDX, ""), head.get("bytes", 0), head.get("sha256", ""),
+                          hashes.get(bundle.DOCS, ""))
             by_source.setdefault("+".join(sources), []).append(f)
         for source in sorted(by_source):
             name = source if len(paths) == 1 else f"{d}/{source}"

@@ -36,23 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from tokenmill.digest import file_sha256  # noqa: F401 - callers import it from here too
+from tokenmill.digest import file_sha256
 from tokenmill.loader.locks import EXCLUSIVE, flock, open_lock
 from tokenmill.tokenize.tokens_json import DataError
 
 log = logging.getLogger(__name__)
-
-VERIFIED_CACHE_ENV = "TOKENMILL_VERIFIED_CACHE"
-
-
-def cache_dir() -> Path | None:
-    """The node-local folder of verified markers, or None when ``$TOKENMILL_VERIFIED_CACHE`` is ``off``."""
-    value = os.environ.get(VERIFIED_CACHE_ENV)
-    if value is not None:
-        return None if value.strip().lower() in ("", "off", "0", "none") else Path(value)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tokenmill" / "verified"
-
 
 @dataclass(frozen=True)
 class Check:
@@ -70,13 +58,36 @@ def _marker_name(path: Path, st: os.stat_result, sha256: str) -> tuple[str, dict
 
 
 class HashMismatch(DataError):
-    """A file whose sha256 is not the one its index records."""
+    """A file whose sha256 is not the one its index records (``path``: a local path or a URI, shown as given)."""
 
-    def __init__(self, path: Path, digest: str, expected: str):
+    def __init__(self, path: Path | str, digest: str, expected: str):
         self.path, self.digest, self.expected = path, digest, expected
         super().__init__(f"{path}: sha256 {digest[:16]}… differs from {expected[:16]}… recorded in tokens.json: the "
                          "file changed or is corrupt since the tokenize stage wrote it; restore it or rerun the "
                          "tokenize stage")
+
+
+def unhashed(f) -> list[str]:
+    """The ``.bin`` and ``.idx`` of token file ``f`` (a `streams.TokenFile`) whose sha256 its `tokens.json` does not
+    record: nothing could check their bytes."""
+    return [f"{f.prefix}{ext}" for ext, sha in ((".bin", f.sha256), (".idx", f.idx_sha256)) if not sha]
+
+
+def require_recorded(index: str | Path, names: Sequence[str], allow: bool) -> None:
+    """Files of the `tokens.json` ``index`` about to be read with no recorded sha256 (``names``) are refused, naming
+    the index and the first, unless ``allow`` (the loader's ``allow_unhashed``, the user's explicit choice): then a
+    warning names them. The tokenize stage records every one, so an index without them was edited or made
+    elsewhere, and one from someone else could leave a hash out to have any bytes read."""
+    if not names:
+        return
+    more = f" (and {len(names) - 1} more file{'s' if len(names) > 2 else ''} without one)" if len(names) > 1 else ""
+    if allow:
+        log.warning("%s: %s%s has no sha256 recorded: read unchecked, as allow_unhashed asks", index, names[0], more)
+        return
+    raise DataError(f"{index}: {names[0]}: no sha256 recorded{more}, so nothing can check its bytes before they are "
+                    "read; the tokenize stage records one for every file: use the tokens.json it wrote, or rerun it "
+                    "(to read such files unchecked, set allow_unhashed: TokenLoader(allow_unhashed=True), "
+                    "`tokenmill loader explain --allow-unhashed`)")
 
 
 def verify_file(check: Check, cache: Path | None = None, *, use_markers: bool = True) -> bool:

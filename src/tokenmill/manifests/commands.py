@@ -89,6 +89,25 @@ def print_diff(result: dict[str, Any], out: Console) -> None:
 
 def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
     name = escape(stage["stage"])  # a stage is a folder name: printed inside markup below
+    why = _why_different(stage)
+    out.print(f"\n[bold]{name}[/]: [yellow]different[/] ({'; '.join(why) or 'same config and input'})")
+    for key in ("report", "config"):
+        if stage.get(key):
+            table = _table(f"{name}: {key}", ["key", "A", "B"], ("key", "A", "B"))
+            for c in stage[key]:
+                table.add_row(escape(c["key"]), _value(c["a"]), _value(c["b"]))
+            out.print(table)
+    _print_source_rows(name, stage, out)
+    _print_changed_drops(name, stage, out)
+    if stage.get("tokens"):
+        _print_tokens(name, stage["tokens"], out)
+    _print_shards(name, stage["shards"], out)
+    if stage["documents"]:
+        _print_documents(name, stage["documents"], out)
+
+
+def _why_different(stage: dict[str, Any]) -> list[str]:
+    """What makes a different stage different, as phrases: its config, its input, its schema, or only its report."""
     inp = stage["input"]
     why = []
     if stage["config"]:
@@ -100,19 +119,10 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
         why.append(f"schema version {stage['schema_version']['a']} -> {stage['schema_version']['b']}")
     if stage.get("report") and not why:
         why.append(f"same config and input; {len(stage['report'])} report value(s) differ")
-    out.print(f"\n[bold]{name}[/]: [yellow]different[/] ({'; '.join(why) or 'same config and input'})")
-    if stage.get("report"):
-        table = _table(f"{name}: report", ["key", "A", "B"], ("key", "A", "B"))
-        for c in stage["report"]:
-            table.add_row(escape(c["key"]), _value(c["a"]), _value(c["b"]))
-        out.print(table)
+    return why
 
-    if stage["config"]:
-        table = _table(f"{name}: config", ["key", "A", "B"], ("key", "A", "B"))
-        for c in stage["config"]:
-            table.add_row(escape(c["key"]), _value(c["a"]), _value(c["b"]))
-        out.print(table)
 
+def _print_source_rows(name: str, stage: dict[str, Any], out: Console) -> None:
     table = _table(f"{name}: documents and bytes (sources, and subsets that changed)",
                    ["source", "subset", "in A", "in B", "Δ in", "kept A", "kept B", "Δ kept", "MB A",
                     "MB B", "Δ MB"], ("source", "subset"))
@@ -125,6 +135,8 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
                       _d(d["docs_out"]), _mb(a["bytes_out"]), _mb(b["bytes_out"]), _dmb(d["bytes_out"]))
     out.print(table)
 
+
+def _print_changed_drops(name: str, stage: dict[str, Any], out: Console) -> None:
     changed_drops = [r for r in stage["drops"] if r["delta"]]
     if changed_drops:
         table = _table(f"{name}: dropped documents that changed", ["source", "reason", "A", "B", "Δ"],
@@ -133,20 +145,21 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
             table.add_row(escape(r["source"]), escape(r["reason"]), _n(r["a"]), _n(r["b"]), _d(r["delta"]))
         out.print(table)
 
-    if stage.get("tokens"):
-        tok = stage["tokens"]
-        table = _table(f"{name}: tokens", ["split / source", "subset", "docs A", "docs B", "tokens A", "tokens B", "Δ tokens"],
-                       ("split / source", "subset"))
-        for r in tok["splits"]:
-            table.add_row(f"[bold]{escape(r['split'])}[/]", "", "", "", _n(r["a"]), _n(r["b"]), _d(r["delta"]))
-        for r in tok["by_source"]:
-            if r["subset"] is None or any(r["delta"].values()):
-                table.add_row(escape(r["source"]), escape(r["subset"] or ""), _n(r["a"]["documents"]),
-                              _n(r["b"]["documents"]), _n(r["a"]["tokens"]), _n(r["b"]["tokens"]),
-                              _d(r["delta"]["tokens"]))
-        out.print(table)
 
-    shards = stage["shards"]
+def _print_tokens(name: str, tok: dict[str, Any], out: Console) -> None:
+    table = _table(f"{name}: tokens", ["split / source", "subset", "docs A", "docs B", "tokens A", "tokens B", "Δ tokens"],
+                   ("split / source", "subset"))
+    for r in tok["splits"]:
+        table.add_row(f"[bold]{escape(r['split'])}[/]", "", "", "", _n(r["a"]), _n(r["b"]), _d(r["delta"]))
+    for r in tok["by_source"]:
+        if r["subset"] is None or any(r["delta"].values()):
+            table.add_row(escape(r["source"]), escape(r["subset"] or ""), _n(r["a"]["documents"]),
+                          _n(r["b"]["documents"]), _n(r["a"]["tokens"]), _n(r["b"]["tokens"]),
+                          _d(r["delta"]["tokens"]))
+    out.print(table)
+
+
+def _print_shards(name: str, shards: dict[str, Any], out: Console) -> None:
     out.print(f"{name}: shards: {len(shards['changed'])} changed content, {len(shards['only_in_a'])} only in A, "
               f"{len(shards['only_in_b'])} only in B")
     if shards["changed"]:
@@ -157,26 +170,27 @@ def _print_stage_diff(stage: dict[str, Any], out: Console) -> None:
         if len(shards["changed"]) > 10:
             out.print(f"  [dim]... {len(shards['changed']) - 10} more (--json lists all)[/]")
 
-    if stage["documents"]:
-        table = _table(f"{name}: documents that differ (kept in A only, in B only, or in both with another text)",
-                       ["source", "removed (A only)", "added (B only)", "text changed (same id)"], ("source",))
-        for r in stage["documents"]:
-            table.add_row(escape(r["source"]), _n(r["removed"]), _n(r["added"]), _n(r.get("changed", 0)))
-        out.print(table)
-        for r in stage["documents"]:
-            for kind in ("removed", "added"):
-                for ex in r[f"{kind}_examples"]:
-                    reason = f" (dropped in {'B' if kind == 'removed' else 'A'}: {ex['other_run_drop_reason']})" \
-                        if ex["other_run_drop_reason"] else ""
-                    out.print(f"  {'-' if kind == 'removed' else '+'} {escape(r['source'])} {escape(str(ex['id']))}"
-                              f"{escape(reason)}: [dim]{escape(ex['preview'])}[/]", overflow="fold")
-            for ex in r.get("changed_examples", []):
-                out.print(f"  ~ {escape(r['source'])} {escape(str(ex['id']))}: text differs from character "
-                          f"{ex['position']:,} (A {ex['a']['chars']:,} characters, B {ex['b']['chars']:,})",
-                          overflow="fold")
-                for side in ("a", "b"):
-                    lead = "..." if ex["start"] else ""
-                    out.print(f"      {side.upper()}: [dim]{lead}{escape(_excerpt(ex[side]['excerpt']))}[/]", overflow="fold")
+
+def _print_documents(name: str, documents: list[dict[str, Any]], out: Console) -> None:
+    table = _table(f"{name}: documents that differ (kept in A only, in B only, or in both with another text)",
+                   ["source", "removed (A only)", "added (B only)", "text changed (same id)"], ("source",))
+    for r in documents:
+        table.add_row(escape(r["source"]), _n(r["removed"]), _n(r["added"]), _n(r.get("changed", 0)))
+    out.print(table)
+    for r in documents:
+        for kind in ("removed", "added"):
+            for ex in r[f"{kind}_examples"]:
+                reason = f" (dropped in {'B' if kind == 'removed' else 'A'}: {ex['other_run_drop_reason']})" \
+                    if ex["other_run_drop_reason"] else ""
+                out.print(f"  {'-' if kind == 'removed' else '+'} {escape(r['source'])} {escape(str(ex['id']))}"
+                          f"{escape(reason)}: [dim]{escape(ex['preview'])}[/]", overflow="fold")
+        for ex in r.get("changed_examples", []):
+            out.print(f"  ~ {escape(r['source'])} {escape(str(ex['id']))}: text differs from character "
+                      f"{ex['position']:,} (A {ex['a']['chars']:,} characters, B {ex['b']['chars']:,})",
+                      overflow="fold")
+            for side in ("a", "b"):
+                lead = "..." if ex["start"] else ""
+                out.print(f"      {side.upper()}: [dim]{lead}{escape(_excerpt(ex[side]['excerpt']))}[/]", overflow="fold")
 
 
 def _excerpt(text: str) -> str:

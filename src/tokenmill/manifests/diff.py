@@ -21,7 +21,7 @@ from tokenmill.json_diff import MISSING, flat_changes, flatten
 from tokenmill.manifests.kept import Kept, differences, scan_kept
 from tokenmill.manifests.lineage import lineage_order
 from tokenmill.pipeline.manifest import MANIFEST, content_hash, read_manifest
-from tokenmill.pipeline.stats import NO_SUBSET
+from tokenmill.documents import NO_SUBSET
 from tokenmill.pipeline import storage
 from tokenmill.tokenize import tokens_json
 
@@ -50,12 +50,10 @@ def locate(path: str) -> tuple[Any, str, dict[str, str]]:
         raise TokenmillError(f"{path}: no such file or folder")
     if info.type == pafs.FileType.File:
         if not p.endswith(".json"):
-            raise TokenmillError(f"{path}: expected a run folder or a stage's manifest.json")
-        stage_dir = p.rsplit("/", 1)[0] if "/" in p else "."
-        manifest = _read_json_manifest(fs, p)
-        return fs, path, {manifest["content"]["stage"]: stage_dir}
-    if storage.exists(fs, storage.join(p, MANIFEST)):
-        manifest = _read_json_manifest(fs, storage.join(p, MANIFEST))
+            raise TokenmillError(f"{path}: expected a run folder or a stage's {MANIFEST}")
+        p = p.rsplit("/", 1)[0] if "/" in p else "."  # the stage folder, whose manifest the diff reads
+    if info.type == pafs.FileType.File or storage.exists(fs, storage.join(p, MANIFEST)):
+        manifest = read_manifest(fs, p, required=True)
         return fs, path, {manifest["content"]["stage"]: p}
     stages = {}
     for sub in fs.get_file_info(pafs.FileSelector(p, recursive=False)):
@@ -64,23 +62,9 @@ def locate(path: str) -> tuple[Any, str, dict[str, str]]:
                 and storage.exists(fs, storage.join(sub.path, MANIFEST)):
             stages[name] = sub.path
     if not stages:
-        raise TokenmillError(f"{path}: no stage manifests in it (expected <run>/<stage>/manifest.json); "
+        raise TokenmillError(f"{path}: no stage manifests in it (expected <run>/<stage>/{MANIFEST}); "
                              f"is it the config's `output` folder, and has a stage completed?")
     return fs, path, {s: stages[s] for s in sorted(stages)}
-
-
-def _read_json_manifest(fs, path: str) -> dict[str, Any]:
-    manifest = storage.read_json(fs, path)
-    if not isinstance(manifest, dict) or "content" not in manifest or "run_info" not in manifest:
-        raise ManifestError(f"{path} is not a tokenmill manifest (missing, cut short, or no content/run_info)")
-    return manifest
-
-
-def load_manifest(fs, stage_dir: str) -> dict[str, Any]:
-    manifest = read_manifest(fs, stage_dir)
-    if manifest is None:
-        raise ManifestError(f"{storage.join(stage_dir, MANIFEST)} is missing or cut short")
-    return manifest
 
 
 # ---------------------------------------------------------------------------------------------------------- config
@@ -349,8 +333,8 @@ def diff_stage(stage: str, fs_a, dir_a: str, fs_b, dir_b: str, examples: int = 3
     """Everything that differs in one stage between two runs; `identical` when the manifests' content is equal.
 
     `manifests`: the two stage manifests when the caller has read them already (else read here)."""
-    ma = manifests[0] or load_manifest(fs_a, dir_a)
-    mb = manifests[1] or load_manifest(fs_b, dir_b)
+    ma = manifests[0] or read_manifest(fs_a, dir_a, required=True)
+    mb = manifests[1] or read_manifest(fs_b, dir_b, required=True)
     ca, cb = ma["content"], mb["content"]
     identical = content_hash(ca) == content_hash(cb)
     tokens = token_rows(token_counts(fs_a, dir_a, ca), token_counts(fs_b, dir_b, cb)) if stage == "tokenize" else None

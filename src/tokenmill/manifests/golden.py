@@ -28,9 +28,9 @@ from typing import Any, Iterable
 
 from tokenmill.json_diff import MISSING, changes
 from tokenmill.manifests.lineage import lineage_order
-from tokenmill.tokenize import tokens_json
+from tokenmill.pipeline.manifest import MANIFEST, read_manifest
+from tokenmill.tokenize import bundle, tokens_json
 
-MANIFEST = "manifest.json"
 LISTED_IDS = 100
 """Dropped ids are listed (not only hashed) for a source and reason with at most this many documents."""
 SHOWN_IDS = 5
@@ -88,7 +88,7 @@ def _read_kept(path: Path) -> dict[str, list]:
     """`id` and `text_hash` of a kept shard; the hash computed from `text` for a shard written before it existed."""
     import pyarrow.parquet as pq
 
-    from tokenmill.pipeline.documents import TEXT_HASH, text_hashes
+    from tokenmill.documents import TEXT_HASH, text_hashes
 
     if TEXT_HASH in pq.read_schema(path).names:
         return _read_columns(path, ["id", TEXT_HASH])
@@ -104,13 +104,19 @@ def stage_order(run_dir: str | Path) -> list[str]:
         stage = manifest.parent.name
         if stage.startswith("_"):
             continue
-        content = json.loads(manifest.read_text(encoding="utf-8"))["content"]
-        inputs[stage] = content["input"].get("stage")
+        inputs[stage] = _content(manifest.parent)["input"].get("stage")
     return lineage_order(inputs.items())
 
 
+def _content(stage_dir: Path) -> dict[str, Any]:
+    """The content of a stage's manifest, read and checked as every tool reads it."""
+    import pyarrow.fs as pafs
+
+    return read_manifest(pafs.LocalFileSystem(), str(stage_dir), required=True)["content"]
+
+
 def _extract_stage(stage_dir: Path) -> dict[str, Any]:
-    content = json.loads((stage_dir / MANIFEST).read_text(encoding="utf-8"))["content"]
+    content = _content(stage_dir)
     kept: dict[str, list[str]] = {}
     kept_hashes: dict[str, list[int]] = {}
     dropped: dict[str, dict[str, list[str]]] = {}
@@ -169,10 +175,10 @@ def _extract_tokens(stage_dir: Path) -> dict[str, Any]:
                     s = acc["subsets"].setdefault(subset, {"documents": 0, "tokens": 0})
                     s["documents"] += sub["documents"]
                     s["tokens"] += sub["tokens"]
-            docs = stage_dir / (f["prefix"] + ".docs.parquet")
+            docs = stage_dir / (f["prefix"] + bundle.DOCS)
             if docs.is_file():
-                cols = _read_columns(docs, ["id", "source"])
-                for doc_id, source in zip(cols["id"], cols["source"]):
+                cols = bundle.read_docs(docs, columns=["id", "source"])
+                for doc_id, source in zip(cols.column("id").to_pylist(), cols.column("source").to_pylist()):
                     ids.setdefault(source, []).append(doc_id)
         for source, doc_ids in ids.items():
             acc = by_source.setdefault(source, {"documents": 0, "tokens": 0, "subsets": {}})

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.errors import ManifestError
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import TEXT_HASH, text_hashes
+from tokenmill.documents import TEXT_HASH, text_hashes
 
 log = logging.getLogger(__name__)
 

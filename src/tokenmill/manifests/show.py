@@ -13,10 +13,10 @@ from typing import Any, Iterable
 import pyarrow.fs as pafs
 
 from tokenmill.errors import TokenmillError
-from tokenmill.manifests.diff import load_manifest, token_counts
-from tokenmill.pipeline.manifest import MANIFEST, content_hash
+from tokenmill.manifests.diff import token_counts
+from tokenmill.pipeline.manifest import MANIFEST, content_hash, read_manifest
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import digest
+from tokenmill.documents import digest
 from tokenmill.pipeline.commit import damaged_files
 from tokenmill.pipeline.resume import diff_values
 from tokenmill.pipeline.runfolder import KEY_FILE, SUPERSEDED
@@ -94,7 +94,8 @@ def check_stage(fs, root: str, stage: str, stage_dir: str, current: dict[str, st
     identity as the config file gives it now. Every file the stage's completion records name must be there with
     its committed size.
     """
-    manifest = load_manifest(fs, stage_dir) if storage.exists(fs, storage.join(stage_dir, MANIFEST)) else None
+    manifest = read_manifest(fs, stage_dir, required=True) if storage.exists(fs, storage.join(stage_dir, MANIFEST)) \
+        else None
     key_file = storage.read_json(fs, storage.join(stage_dir, KEY_FILE))
     if manifest is None:
         return {"stage": stage, "status": INCOMPLETE, "problems": ["no manifest: the stage's run has not completed"],
@@ -200,12 +201,12 @@ def show_run(run: str, config_path: str | None = None) -> dict[str, Any]:
     current = {}
     for stage, folder in folders.items():
         if storage.exists(fs, storage.join(folder, MANIFEST)):
-            current[stage] = content_hash(load_manifest(fs, folder)["content"])
+            current[stage] = content_hash(read_manifest(fs, folder, required=True)["content"])
     expected_files = None
     expected_configs: dict[str, Any] = {}
     if config_path is not None:
         from tokenmill.pipeline.config import load_config
-        from tokenmill.pipeline.registry import build_stages
+        from tokenmill.pipeline.config import build_stages
 
         built = build_stages(load_config(config_path))
         expected_files = built[0].input_listing()

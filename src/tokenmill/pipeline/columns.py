@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from tokenmill.errors import StageChainError
 from tokenmill.pipeline.contract import RunContext, SourceStage, Stage
-from tokenmill.pipeline.documents import WRITTEN_COLUMNS
+from tokenmill.documents import WRITTEN_COLUMNS
 
 
 def _source_language(table: pa.Table, run: RunContext) -> pa.Array:

@@ -107,7 +107,7 @@ def validate(args: argparse.Namespace) -> int:
     """`tokenmill validate CONFIG`: the config and the stage chain checked, nothing run."""
     from tokenmill.pipeline.columns import check_chain
     from tokenmill.pipeline.config import load_config
-    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.pipeline.config import build_stages
 
     config = load_config(args.config)
     stages = build_stages(config)

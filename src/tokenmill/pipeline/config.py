@@ -2,109 +2,20 @@
 
 from __future__ import annotations
 
-import codecs
 import os
-import re
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Optional, TypeVar, Union
+from typing import Annotated, Any, Callable, Iterable, Mapping, Optional, TypeVar
 
-from pydantic import BaseModel, Field, StrictInt, ValidationError, create_model, field_validator, \
-    model_validator
+from pydantic import BaseModel, Field, StrictInt, ValidationError, create_model, model_validator
 from pydantic_core import core_schema
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline import registry, uris
-from tokenmill.pipeline.config_base import StageConfig, StrictModel, expand_path, load_yaml
-from tokenmill.pipeline.contract import SourceStage, config_paths, resolve
-from tokenmill.pipeline.patterns import checked_matches, matched_files
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class SourceConfig(StrictModel):
-    """One input source: files of one format, read into documents by one reader."""
-
-    name: str
-    """Short name, written to the `source` column and used in shard names (letters, digits, `_.-`)."""
-    format: str
-    """Reader: `jsonl`, `json`, `csv`, `tsv`, `text`, `parquet`, `pile`, `reddit`, `cc_wet`, `cc_warc` (see docs/readers.md)."""
-    paths: list[str] = Field(min_length=1)
-    """Glob patterns (`**` allowed), relative to the config file's folder, or URIs (`s3://bucket/prefix/*.jsonl.zst`,
-    `gs://...`, `file://...`: see docs/sources.md); each must match a file."""
-    root: Optional[str] = None
-    """Folder (or folder URI) that document ids are relative to; default: the deepest folder common to `paths`."""
-    text_field: Union[str, list[str]] = "text"
-    """Field holding the text; a dotted path reaches into nested objects (`post.body`); a list of fields is joined by a blank line."""
-    id_field: Optional[str] = None
-    """Field holding the source's own document id (kept unchanged); default: source/path/record-index."""
-    subset_field: Optional[str] = None
-    """Field whose value becomes the `subset` column (e.g. a subreddit); dotted path allowed."""
-    fraction: float = Field(default=1.0, gt=0.0, le=1.0)
-    """Share of documents the `sample` stage keeps, in (0, 1]. Upsampling is the loader's job."""
-    language: str = "en"
-    """Language of the source (ISO 639-1 such as `en`, `zh`), or `any`: what clean expects, and what stages use when none detected one.
-    Checked against the language identifier's codes, case-insensitively; a region or script is dropped (`en-US` is
-    `en`); a name (`english`) is refused with the code to write."""
-    encoding: str = "utf-8"
-    """Text encoding: `utf-8`, a codec name (`gb18030`, `cp1252` ...), or `auto` (UTF-8 when valid, else detected per record)."""
-    max_window_log: int = Field(default=27, ge=10, le=31)
-    """Largest zstd window (log2 bytes) a file may ask for; Pushshift dumps need 31. Caps decompression memory."""
-    max_record_bytes: int = Field(default=64 * 2**20, ge=1024)
-    """A record longer than this is dropped as `record_too_large` without being held in memory."""
-    options: dict[str, Any] = {}
-    """Options of the reader (e.g. csv `delimiter`, `header`, `columns`; json `items`); see docs/readers.md."""
-    stamp: Literal["mtime", "content"] = "mtime"
-    """What says a file is unchanged since it was read: `mtime` (size and modification time) or `content` (size and
-    sha256 of the bytes, read once more per run: for files copied with their times kept, `cp -p`, `rsync -t`)."""
-
-    @field_validator("name")
-    @classmethod
-    def _name_is_safe(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"{value!r} must be letters, digits, '_', '.', '-' (it names files)")
-        return value
-
-    @field_validator("format")
-    @classmethod
-    def _format_known(cls, value: str) -> str:
-        from tokenmill.readers import READERS
-
-        if value not in READERS:
-            raise ValueError(f"unknown format {value!r}; known: {', '.join(sorted(READERS))}")
-        return value
-
-    @field_validator("language")
-    @classmethod
-    def _language_known(cls, value: str) -> str:
-        from tokenmill.stages.clean.langid import canonical_language
-
-        return canonical_language(value)
-
-    @field_validator("encoding")
-    @classmethod
-    def _encoding_known(cls, value: str) -> str:
-        if value != "auto":
-            try:
-                codecs.lookup(value)
-            except LookupError:
-                raise ValueError(f"unknown encoding {value!r}; use a Python codec name or 'auto'") from None
-        return value
-
-    @model_validator(mode="after")
-    def _reader_fits(self) -> "SourceConfig":
-        from tokenmill.readers import READERS
-
-        reader = READERS[self.format]
-        if reader.line_based and self.encoding != "auto" and "\n".encode(self.encoding) != b"\n":
-            raise ValueError(f"encoding {self.encoding!r} cannot be split into lines; re-encode the files as UTF-8")
-        reader.parse_options(self.options)  # raises ValueError naming the option
-        return self
-
-    def reader_options(self) -> Any:
-        """This source's `options`, validated by its reader's own model."""
-        from tokenmill.readers import READERS
-
-        return READERS[self.format].parse_options(self.options)
+from tokenmill.pipeline import registry
+from tokenmill.config_base import StageConfig, StrictModel, expand_path, key_path, load_yaml, resolve
+from tokenmill.pipeline.contract import RunContext, SourceStage, Stage, config_paths
+from tokenmill.sources import uris
+from tokenmill.sources.config import SourceConfig
+from tokenmill.sources.patterns import checked_matches, matched_files
 
 
 class _StagesBase(StrictModel):
@@ -196,7 +107,7 @@ class RunConfig(StrictModel):
 
     def resolve(self, path: str) -> Path:
         """A config path made absolute against the config file's folder, `~` and `$VAR` expanded
-        (`contract.resolve`, the one way every stage opens the files its config names)."""
+        (`config_base.resolve`, the one way every stage opens the files its config names)."""
         return resolve(path, self.base_dir)
 
     @property
@@ -213,20 +124,13 @@ class RunConfig(StrictModel):
         return next(s for s in self.sources if s.name == name)
 
 
-def _key_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
 def format_validation_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"  {_key_path(e['loc'])}: {msg}")
+        lines.append(f"  {key_path(e['loc'])}: {msg}")
     return "invalid config:\n" + "\n".join(lines)
 
 
@@ -407,3 +311,18 @@ def _stage_path_problems(config: RunConfig) -> list[str]:
                    if not config.resolve(path).is_file()]
         problems += missing or [f"  {p}" for p in cls.config_problems(stage_config, config.resolve)]
     return problems
+
+
+def run_context(config: RunConfig) -> RunContext:
+    """What every stage of a run shares: its seed, its sources by name, the folder relative paths start from."""
+    return RunContext(seed=config.seed, sources={s.name: s for s in config.sources}, base_dir=config.base_dir)
+
+
+def build_stages(config: RunConfig) -> list[Stage]:
+    """The source stage followed by every configured stage, in pipeline order."""
+    run = run_context(config)
+    classes = registry.stage_classes()
+    stages: list[Stage] = [registry.source_stage().build(config, run)]
+    for name, stage_config in config.stages.configured():
+        stages.append(classes[name](stage_config, run))
+    return stages

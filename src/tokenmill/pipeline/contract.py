@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
 import pyarrow as pa
 
-from tokenmill.pipeline.config_base import StageConfig, expand_path
+from tokenmill.config_base import StageConfig, resolve
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
-
-
-def resolve(path: str, base_dir: str | Path = ".") -> Path:
-    """The one way a config path becomes a file: `~` and `$VAR` expanded, then made absolute against `base_dir`
-    (the config file's folder). Raises ValueError for an unset variable or an unknown `~user`."""
-    p = Path(expand_path(str(path)))
-    return p if p.is_absolute() else Path(base_dir) / p
 
 
 @dataclass(frozen=True)
@@ -28,7 +20,7 @@ class RunContext:
 
     seed: int
     sources: Mapping[str, Any]
-    """Source configs (`tokenmill.pipeline.config.SourceConfig`) by name."""
+    """Source configs (`tokenmill.sources.config.SourceConfig`) by name."""
     base_dir: str = "."
     """The config file's folder, for files a stage config names (never part of a stage's identity)."""
 

@@ -23,9 +23,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from tokenmill.errors import TokenmillError
+from tokenmill.errors import ManifestError, TokenmillError
 from tokenmill.pipeline import runfolder, storage
 from tokenmill.pipeline.commit import damaged_files
+from tokenmill.pipeline.manifest import MANIFEST, read_manifest
 from tokenmill.pipeline.runfolder import KEY_FILE, SUPERSEDED
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def _stage_usage(fs: pafs.FileSystem, folder: str, name: str) -> StageUsage:
     key = storage.read_json(fs, storage.join(folder, KEY_FILE))
     config_hash = key.get("key", {}).get("config_hash") if isinstance(key, dict) else None
     return StageUsage(name, size, files, runfolder.stage_is_ours(fs, folder), config_hash,
-                      storage.exists(fs, storage.join(folder, "manifest.json")))
+                      storage.exists(fs, storage.join(folder, MANIFEST)))
 
 
 def _generation_usage(fs: pafs.FileSystem, folder: str, name: str, deleting: bool = False) -> GenerationUsage:
@@ -185,8 +186,12 @@ def find_restorable(fs: pafs.FileSystem, root: str, stage: str, key: dict[str, A
         previous = storage.read_json(fs, storage.join(folder, KEY_FILE))
         if not isinstance(previous, dict) or previous.get("key") != key:
             continue
-        manifest = storage.read_json(fs, storage.join(folder, "manifest.json"))
-        if not isinstance(manifest, dict) or (manifest.get("run_info") or {}).get("key") != key:
+        try:
+            manifest = read_manifest(fs, folder)
+        except ManifestError as err:  # an edited or foreign file: nothing read through it, the stage computed again
+            log.warning("%s: same key, but not restored: %s", folder, err)
+            continue
+        if manifest is None or (manifest.get("run_info") or {}).get("key") != key:
             log.info("%s: same key but no complete manifest; not restored", folder)
             continue
         damaged = damaged_files(fs, folder, key)

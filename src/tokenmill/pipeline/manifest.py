@@ -10,9 +10,10 @@ from typing import Any, Callable, Iterable
 from tokenmill.errors import ManifestError
 from tokenmill.pipeline.stats import SourceTally, Tally, drop_table, merge_stats
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
+from tokenmill.documents import SCHEMA_VERSION, digest
 
 MANIFEST = "manifest.json"
+"""A stage's manifest, in its folder: written when the stage completes (`write_manifest`), read by `read_manifest`."""
 
 
 def build_content(
@@ -123,8 +124,9 @@ def write_manifest(fs, stage_dir: str, content: dict[str, Any], run_info: dict[s
     return path
 
 
-def read_manifest(fs, stage_dir: str) -> dict[str, Any] | None:
-    """A stage's manifest, or None when the stage has not completed.
+def read_manifest(fs, stage_dir: str, required: bool = False) -> dict[str, Any] | None:
+    """A stage's manifest (`stage_dir` on `fs`), or None when the stage has not completed (no manifest, or one cut
+    short); with `required`, a ManifestError naming the file instead of None. The one reader of manifests.
 
     Raises ManifestError for a file that is not a manifest, or whose shards name a path outside the stage's
     `shards/` and `dropped/` folders (an edited manifest must not make a later stage read elsewhere).
@@ -132,6 +134,8 @@ def read_manifest(fs, stage_dir: str) -> dict[str, Any] | None:
     where = storage.join(stage_dir, MANIFEST)
     manifest = storage.read_json(fs, where)
     if manifest is None:
+        if required:
+            raise ManifestError(f"{where} is missing or cut short")
         return None
     if not isinstance(manifest, dict) or "content" not in manifest or "run_info" not in manifest:
         raise ManifestError(f"{where} is not a tokenmill manifest")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import pyarrow as pa
@@ -12,7 +14,7 @@ from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, Processed, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.manifest import DROPPED, SHARDS
-from tokenmill.pipeline.documents import (DROP_REASON, content_hash, last_read, read_shard, shard_bytes,
+from tokenmill.documents import (DROP_REASON, content_hash, last_read, read_shard, shard_bytes,
                                           with_text_hash)
 
 
@@ -112,27 +114,57 @@ def shard_tasks(ctx: PlanContext) -> list[Task]:
             for s in ctx.input_shards]
 
 
-class MapShards(Phase):
-    """Apply `stage.process` to every input shard independently."""
+@dataclass(frozen=True)
+class ShardOutput:
+    """What a per-shard phase made of its input shard, for `split_and_write`."""
 
-    name = "map"
+    table: pa.Table
+    reasons: pa.Array
+    """A drop reason per row (null = kept)."""
+    stats: Any = None
+    bytes_in: pa.Array | None = None
+    """Each row's text size as received; required of a phase that rewrites text (see `split_and_write`)."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Fields added to the shard's manifest entry (the tokenize stage's token files)."""
+
+
+class ShardMap(Phase):
+    """One task per input shard: the shard read whole, `map_shard` decides its rows, kept and dropped rows written
+    (`split_and_write`); the manifest entry names the input shard. The one way a phase writes a stage's shards
+    from its input's."""
+
     writes_shards = True
 
     def plan(self, stage: Stage, ctx: PlanContext) -> list[Task]:
         return shard_tasks(ctx)
 
-    def run(self, stage: "MapStage", task: Task, ctx: TaskContext) -> ShardsResult:
+    @abstractmethod
+    def map_shard(self, stage: Stage, task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
+        """Decide the rows of one input shard (`table`, read whole): what to keep, drop, count and record."""
+
+    def run(self, stage: Stage, task: Task, ctx: TaskContext) -> ShardsResult:
         (relpath,) = task.inputs
         table = read_shard(storage.join(ctx.input_dir, relpath), ctx.fs)
+        out = self.map_shard(stage, task, ctx, table)
+        entry = split_and_write(stage, ctx, task.key, task.params["source"], out.table, out.reasons, out.stats,
+                                bytes_in=out.bytes_in)
+        entry["input"] = relpath
+        entry.update(out.extra)
+        return ShardsResult([entry])
+
+
+class MapShards(ShardMap):
+    """Apply `stage.process` to every input shard independently."""
+
+    name = "map"
+
+    def map_shard(self, stage: "MapStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         filled = [c for c in sorted(stage.uses) if c not in table.column_names]
         received = text_bytes(table)
         processed = stage.process(with_fallbacks(table, stage), ctx.shared)
         # Fallback columns stand in for an absent stage's annotation; they are not this stage's output.
         out = processed.table.drop_columns([c for c in filled if c not in {f.name for f in stage.adds}])
-        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, processed.drop_reason,
-                                processed.stats, bytes_in=received)
-        entry["input"] = relpath
-        return ShardsResult([entry])
+        return ShardOutput(out, processed.drop_reason, processed.stats, bytes_in=received)
 
 
 class MapStage(Stage):

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import TYPE_CHECKING
-
-from tokenmill.pipeline.contract import RunContext, SourceStage, Stage, registered
-
-if TYPE_CHECKING:
-    from tokenmill.pipeline.config import RunConfig
+from tokenmill.pipeline.contract import SourceStage, Stage, registered
 
 STAGES_PACKAGE = "tokenmill.stages"
 _discovered = False
@@ -46,17 +41,3 @@ def source_stage() -> type[SourceStage]:
     if len(found) != 1:
         raise RuntimeError(f"expected one registered source stage, found {[c.name for c in found]}")
     return found[0]
-
-
-def run_context(config: RunConfig) -> RunContext:
-    return RunContext(seed=config.seed, sources={s.name: s for s in config.sources}, base_dir=config.base_dir)
-
-
-def build_stages(config: RunConfig) -> list[Stage]:
-    """The source stage followed by every configured stage, in pipeline order."""
-    run = run_context(config)
-    classes = stage_classes()
-    stages: list[Stage] = [source_stage().build(config, run)]
-    for name, stage_config in config.stages.configured():
-        stages.append(classes[name](stage_config, run))
-    return stages

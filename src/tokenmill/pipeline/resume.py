@@ -7,7 +7,7 @@ import logging
 from typing import Any, Sequence
 
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import SCHEMA_VERSION, digest
+from tokenmill.documents import SCHEMA_VERSION, digest
 from tokenmill.pipeline.runfolder import SUPERSEDED, stage_is_ours
 
 log = logging.getLogger(__name__)

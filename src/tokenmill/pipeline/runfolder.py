@@ -30,17 +30,29 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Protocol, Sequence
 
 import pyarrow.fs as pafs
 
 from tokenmill.errors import TokenmillError
-from tokenmill.pipeline import storage, uris
-
-if TYPE_CHECKING:
-    from tokenmill.pipeline.config import RunConfig
+from tokenmill.pipeline import storage
+from tokenmill.sources import uris
 
 log = logging.getLogger(__name__)
+
+
+class RunView(Protocol):
+    """What the output checks read of a run's config (`pipeline.config.RunConfig`, which validates itself with them
+    and so cannot be imported here)."""
+
+    sources: Sequence[Any]
+    stages: Any
+
+    @property
+    def output_location(self) -> str: ...
+
+    def resolve(self, path: str) -> Path: ...
+
 
 ROOT_MARKER = ".tokenmill-run"
 STAGE_MARKER = ".tokenmill-stage"
@@ -447,7 +459,7 @@ def _broken_link(path: Path) -> str | None:
     return None
 
 
-def _examples(config: "RunConfig", out: str, shard: str | None) -> list[str]:
+def _examples(config: RunView, out: str, shard: str | None) -> list[str]:
     """Paths (below `out`) of files a run of this config writes, for the message naming a pattern that reaches
     them: a shard as the run names it (from a file the pattern matches now), then the files of every stage."""
     from tokenmill.pipeline.manifest import MANIFEST
@@ -473,7 +485,7 @@ def _reach_problem(key: str, pattern: str, out: str, examples: list[str], matche
             f"outside the sources' {kind}, or narrow the pattern")
 
 
-def _remote_output_problems(config: "RunConfig", location: str) -> list[str]:
+def _remote_output_problems(config: RunView, location: str) -> list[str]:
     """A source URI pattern of the output's store that can reach into the run folder (validation lines)."""
     scheme, out = uris.components(location)
     entries = root_entries()
@@ -493,7 +505,7 @@ def _remote_output_problems(config: "RunConfig", location: str) -> list[str]:
 def _real_pattern(full: str) -> list[str]:
     """A local pattern's components with the folders before its first wildcard resolved to their real path
     (symlinks followed), as glob follows them."""
-    from tokenmill.pipeline.patterns import pattern_base
+    from tokenmill.sources.patterns import pattern_base
 
     base = pattern_base(full)
     if str(base) == "." or not uris.is_glob(full):
@@ -502,7 +514,7 @@ def _real_pattern(full: str) -> list[str]:
     return [*Path(os.path.realpath(base)).parts, *rest]
 
 
-def output_problems(config: "RunConfig", listed: "dict[str, Any] | None" = None) -> list[str]:
+def output_problems(config: RunView, listed: "dict[str, Any] | None" = None) -> list[str]:
     """Problems of `output` that stop a run before any work (validation lines, key first).
 
     The output must not be an existing file, a symlink to nothing, nor a non-empty folder that is not a tokenmill
@@ -548,19 +560,19 @@ def output_problems(config: "RunConfig", listed: "dict[str, Any] | None" = None)
     return problems
 
 
-def _matches(config: "RunConfig", pattern: str, listed: "dict[str, Any] | None") -> list:
+def _matches(config: RunView, pattern: str, listed: "dict[str, Any] | None") -> list:
     """The files a local pattern matches (as listed by validation, or listed now); none when it is unsafe to list."""
     if listed is not None and pattern in listed:
         return list(listed[pattern])
-    from tokenmill.pipeline.patterns import expand_pattern
+    from tokenmill.sources.patterns import expand_pattern
 
     return expand_pattern(config, pattern)
 
 
-def _first_shard(config: "RunConfig", source, listed: "dict[str, Any] | None", matched: list) -> str | None:
+def _first_shard(config: RunView, source, listed: "dict[str, Any] | None", matched: list) -> str | None:
     """The name the run gives the first shard of the first file a pattern of `source` matches now (`matched`, else
     the source's first file), by `SourceStage.first_shard`; None for objects or when nothing is listed."""
-    from tokenmill.pipeline.patterns import source_files
+    from tokenmill.sources.patterns import source_files
     from tokenmill.pipeline.registry import source_stage
 
     if any(uris.is_remote(p) for p in source.paths):

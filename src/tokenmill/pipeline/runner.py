@@ -14,6 +14,7 @@ import pyarrow.fs as pafs
 from tokenmill.errors import ConfigError, ManifestError, TokenmillError
 from tokenmill.pipeline.manifest import (
     DROPPED,
+    MANIFEST,
     SHARDS,
     build_content,
     build_run_info,
@@ -27,13 +28,13 @@ from tokenmill.pipeline.manifest import (
 from tokenmill.pipeline import runfolder, storage
 from tokenmill.pipeline.columns import check_chain
 from tokenmill.pipeline.commit import committed_record, damaged_files, record_path
-from tokenmill.pipeline.config import RunConfig
+from tokenmill.pipeline.config import RunConfig, build_stages
 from tokenmill.pipeline.contract import DriverPhase, PlanContext, ShardsResult, SourceStage, Stage
-from tokenmill.pipeline.documents import canonical_json, digest
+from tokenmill.documents import canonical_json, digest
 from tokenmill.pipeline.executor import run_tasks
 from tokenmill.pipeline.generations import find_restorable, restore
 from tokenmill.pipeline.ray_cluster import cluster_cpus, ray_session
-from tokenmill.pipeline.registry import build_stages, stage_order
+from tokenmill.pipeline.registry import stage_order
 from tokenmill.pipeline.resume import explain_change, stage_key, supersede
 from tokenmill.pipeline.runfolder import KEY_FILE
 from tokenmill.pipeline.tasks import TaskEnv
@@ -221,7 +222,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
                 reporter.note(f"{stage.name}: up to date")
             content, info = manifest["content"], manifest["run_info"]
             return StageReport(stage.name, status, 0, info["tasks_run"] + info["tasks_skipped"], content["totals"],
-                               0.0, storage.join(stage_dir, "manifest.json"), notes)
+                               0.0, storage.join(stage_dir, MANIFEST), notes)
         notes.append(f"{stage.name}: {len(damaged)} committed file(s) are missing or changed in size "
                      f"({', '.join(damaged[:3])}{', ...' if len(damaged) > 3 else ''}); recomputing the tasks that "
                      f"wrote them")
@@ -248,16 +249,7 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
         tasks = phase.plan(stage, ctx)
         if len({t.key for t in tasks}) != len(tasks):
             raise RuntimeError(f"stage {stage.name!r} phase {phase.name!r} planned two tasks with one key")
-        records: dict[str, dict] = {}
-        todo = []
-        for task in tasks:
-            record = committed_record(fs, stage_dir, phase.name, task.key, key)
-            if record is not None:
-                _check_record_paths(record, record_path(stage_dir, phase.name, task.key))
-            if record is None:
-                todo.append(task)
-            else:
-                records[task.key] = record
+        records, todo = _split_committed(fs, stage_dir, phase.name, tasks, key)
         reporter.phase_started(stage.name, phase.name, len(tasks), len(records))
         env = TaskEnv(config.output_location, stage.name, None if input_dir is None else stages[index - 1].name, key,
                       phase_index)
@@ -302,6 +294,21 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     path = write_manifest(fs, stage_dir, content, run_info, uuid.uuid4().hex)
     status = "resumed" if skip_count else "ran"
     return StageReport(stage.name, status, run_count, skip_count, content["totals"], run_info["seconds"], path, notes)
+
+
+def _split_committed(fs, stage_dir: str, phase: str, tasks: list, key: dict) -> tuple[dict[str, dict], list]:
+    """({task key: completion record} of the tasks committed under `key`, their paths checked; the tasks to run)."""
+    records: dict[str, dict] = {}
+    todo = []
+    for task in tasks:
+        record = committed_record(fs, stage_dir, phase, task.key, key)
+        if record is not None:
+            _check_record_paths(record, record_path(stage_dir, phase, task.key))
+        if record is None:
+            todo.append(task)
+        else:
+            records[task.key] = record
+    return records, todo
 
 
 def _report(stage: Stage, stats: dict[str, Any] | None, reduced: Mapping[str, Any]) -> dict[str, Any] | None:

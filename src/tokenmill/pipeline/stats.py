@@ -8,8 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-NO_SUBSET = "(none)"
-"""The subset key of documents whose source has no subset (the `subset` column is null): one owner for the literal."""
+from tokenmill.documents import NO_SUBSET
 
 
 @dataclass

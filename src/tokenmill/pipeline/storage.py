@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from tokenmill.pipeline import uris
+from tokenmill.sources import uris
 
 
 def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -11,11 +11,12 @@ from typing import Any, Iterator, Mapping
 
 import pyarrow.fs as pafs
 
-from tokenmill.pipeline import faults, uris
+from tokenmill.pipeline import faults
 from tokenmill.pipeline.commit import TaskWriter
 from tokenmill.pipeline.contract import Phase, ShardsResult, Stage, Task, TaskContext
-from tokenmill.pipeline.documents import digest
+from tokenmill.documents import digest
 from tokenmill.pipeline.storage import filesystem_for, join
+from tokenmill.sources import uris
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import BinaryIO, Callable
 
 import zstandard
 
-from tokenmill.pipeline import uris
+from tokenmill.sources import uris
 
 log = logging.getLogger(__name__)
 

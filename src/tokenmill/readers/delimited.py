@@ -6,9 +6,10 @@ import csv
 import io
 from typing import Iterator, Literal, Optional
 
-from tokenmill.pipeline.config_base import StrictModel
-from tokenmill.readers.base import PREVIEW_CHARS, Reader, Record, decode, open_source, record_from_object
+from tokenmill.config_base import StrictModel
+from tokenmill.readers.base import PREVIEW_CHARS, decode, open_source, record_from_object
 from tokenmill.readers.compression import DECOMPRESSION_ERRORS
+from tokenmill.sources.reader import Reader, Record
 
 
 class DelimitedOptions(StrictModel):
@@ -126,5 +127,5 @@ def read_tsv(path: str, source, display: str) -> Iterator[Record]:
     return _read(path, source, display, "\t")
 
 
-CSV = Reader(read_csv, ("bad_row",), DelimitedOptions, line_based=False)
-TSV = Reader(read_tsv, ("bad_row",), DelimitedOptions, line_based=False)
+CSV = Reader("csv", read_csv, ("bad_row",), DelimitedOptions, line_based=False)
+TSV = Reader("tsv", read_tsv, ("bad_row",), DelimitedOptions, line_based=False)

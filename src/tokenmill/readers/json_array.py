@@ -20,10 +20,11 @@ from typing import Iterator
 
 import ijson
 
-from tokenmill.pipeline.config_base import StrictModel
-from tokenmill.readers.base import Reader, Record, json_safe, open_source, record_from_object
+from tokenmill.config_base import StrictModel
+from tokenmill.readers.base import json_safe, open_source, record_from_object
 from tokenmill.readers.compression import DECOMPRESSION_ERRORS
 from tokenmill.readers.jsonl import JSON_DROP_REASONS
+from tokenmill.sources.reader import Reader, Record
 
 SAMPLE = 1 << 20
 BUF = 64 * 1024
@@ -204,4 +205,4 @@ def read_json(path: str, source, display: str) -> Iterator[Record]:
         yield Record(index, "", drop="read_error", message=f"{display}: damaged after item {index}: {err}")
 
 
-JSON = Reader(read_json, JSON_DROP_REASONS, JsonOptions, line_based=False)
+JSON = Reader("json", read_json, JSON_DROP_REASONS, JsonOptions, line_based=False)

@@ -6,8 +6,9 @@ import json
 import math
 from typing import Any, Iterator, Union
 
-from tokenmill.readers.base import PREVIEW_CHARS, Reader, Record, decode, open_source, record_from_object
+from tokenmill.readers.base import PREVIEW_CHARS, decode, open_source, record_from_object
 from tokenmill.readers.lines import iter_lines
+from tokenmill.sources.reader import Reader, Record
 
 JSON_DROP_REASONS = (
     "bad_json",  # the line is not valid JSON
@@ -61,4 +62,4 @@ def read_jsonl(path: str, source, display: str) -> Iterator[Record]:
         yield item if isinstance(item, Record) else record_from_object(item[2], item[0], source, item[1])
 
 
-JSONL = Reader(read_jsonl, JSON_DROP_REASONS)
+JSONL = Reader("jsonl", read_jsonl, JSON_DROP_REASONS)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from tokenmill.readers.base import Reader, Record
 from tokenmill.readers.jsonl import JSON_DROP_REASONS, read_jsonl
+from tokenmill.sources.reader import Reader, Record
 
 
 def read_pile(path: str, source, display: str) -> Iterator[Record]:
@@ -15,4 +15,4 @@ def read_pile(path: str, source, display: str) -> Iterator[Record]:
     return read_jsonl(path, source, display)
 
 
-PILE = Reader(read_pile, JSON_DROP_REASONS)
+PILE = Reader("pile", read_pile, JSON_DROP_REASONS)

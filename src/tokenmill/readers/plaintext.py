@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from tokenmill.readers.base import PREVIEW_CHARS, Reader, Record, decode, open_source
+from tokenmill.readers.base import PREVIEW_CHARS, decode, open_source
 from tokenmill.readers.compression import DECOMPRESSION_ERRORS
 from tokenmill.readers.lines import BOM
+from tokenmill.sources.reader import Reader, Record
 
 
 def read_text(path: str, source, display: str) -> Iterator[Record]:
@@ -34,4 +35,4 @@ def read_text(path: str, source, display: str) -> Iterator[Record]:
     yield Record(0, text)
 
 
-TEXT = Reader(read_text, line_based=False)
+TEXT = Reader("text", read_text, line_based=False)

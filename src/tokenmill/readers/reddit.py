@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from tokenmill.readers.base import PREVIEW_CHARS, Reader, Record, get_path, is_missing
+from tokenmill.readers.base import PREVIEW_CHARS, get_path, is_missing
 from tokenmill.readers.jsonl import JSON_DROP_REASONS, iter_json_lines
+from tokenmill.sources.reader import Reader, Record
 
 GONE = {"[deleted]": "deleted_content", "[removed]": "removed_content"}
 META_FIELDS = ("author", "score", "created_utc", "retrieved_on", "edited", "link_id", "parent_id", "permalink",
@@ -71,4 +72,4 @@ def read_reddit(path: str, source, display: str) -> Iterator[Record]:
         yield item if isinstance(item, Record) else reddit_record(item[2], item[0], source, item[1])
 
 
-REDDIT = Reader(read_reddit, (*JSON_DROP_REASONS, "deleted_content", "removed_content"))
+REDDIT = Reader("reddit", read_reddit, (*JSON_DROP_REASONS, "deleted_content", "removed_content"))

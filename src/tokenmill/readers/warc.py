@@ -58,8 +58,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Literal, Optional
 
-from tokenmill.pipeline.config_base import StrictModel
-from tokenmill.readers.base import PREVIEW_CHARS, Reader, Record, decode, open_source
+from tokenmill.config_base import StrictModel
+from tokenmill.readers.base import PREVIEW_CHARS, decode, open_source
 from tokenmill.readers.html import (
     MAX_REPLACED_SHARE,
     PayloadProblem,
@@ -73,6 +73,7 @@ from tokenmill.readers.html import (
     parse_http_response,
 )
 from tokenmill.readers.warc_records import Body, WarcDamage, WarcHeader, iter_warc_records
+from tokenmill.sources.reader import Reader, Record
 
 WARC_DROP_REASONS = ("not_html", "http_error", "bad_http", "extraction_failed")
 
@@ -248,6 +249,6 @@ def read_warc(path: str, source, display: str) -> Iterator[Record]:
     yield from _read(path, source, display, frozenset({"response", "resource"}), handle, options.verify_digests)
 
 
-CC_WET = Reader(read_wet, (), options=WetOptions, line_based=False)
-CC_WARC = Reader(read_warc, WARC_DROP_REASONS, options=WarcOptions, line_based=False,
+CC_WET = Reader("cc_wet", read_wet, (), options=WetOptions, line_based=False)
+CC_WARC = Reader("cc_warc", read_warc, WARC_DROP_REASONS, options=WarcOptions, line_based=False,
                  libraries=("resiliparse", "trafilatura"))

@@ -12,13 +12,15 @@ import pyarrow as pa
 from pydantic import Field
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline import uris
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.config_base import StageConfig
 from tokenmill.pipeline.contract import Phase, PlanContext, RunContext, ShardsResult, SourceStage, Task, TaskContext
-from tokenmill.pipeline.documents import BASE_SCHEMA, canonical_json
+from tokenmill.documents import BASE_SCHEMA, canonical_json
 from tokenmill.pipeline.map_phase import split_and_write
-from tokenmill.readers import READERS, reader_drop_reasons
-from tokenmill.readers.base import Record, check_unchanged, file_stamp
+from tokenmill.readers.base import check_unchanged, file_stamp
+from tokenmill.sources import uris
+from tokenmill.sources.formats import READERS, reader_drop_reasons
+from tokenmill.sources.patterns import source_files
+from tokenmill.sources.reader import Record
 
 MAX_ERRORS_LISTED = 20
 """Bad records named per shard in the manifest (all are counted, and all are in `dropped/`)."""
@@ -75,8 +77,6 @@ def shard_name(task_key: str, part: int) -> str:
 def list_source_files(config) -> list[SourceFile]:
     """Every input file of every source, in config order then path order. An object (a URI) is listed by its URI,
     its key below the source's root, and the size and mtime its store's listing gives (`uris.list_objects`)."""
-    from tokenmill.pipeline.patterns import source_files
-
     out = []
     for source in config.sources:
         # One listing of each object-store pattern gives both its objects and their sizes and times (a request per

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
-from tokenmill.pipeline.config_base import StageConfig, StrictModel
+from tokenmill.config_base import StageConfig, StrictModel
 from tokenmill.pipeline.contract import Processed
 from tokenmill.pipeline.map_phase import MapStage
 

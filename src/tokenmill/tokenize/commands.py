@@ -23,7 +23,7 @@ def tokenizer_train(args: argparse.Namespace) -> int:
     from tokenmill.pipeline import storage
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.manifest import read_manifest
-    from tokenmill.pipeline.registry import build_stages
+    from tokenmill.pipeline.config import build_stages
 
     config = load_config(args.config)
     stages = build_stages(config)

@@ -140,32 +140,14 @@ def _refusal(tok: LoadedTokenizer) -> tuple[Optional[FastEncoder], str]:
     except ImportError:
         return None, "tiktoken is not installed"
     spec = json.loads(tok.tokenizer.to_str())
-    pre, model = spec.get("pre_tokenizer") or {}, spec.get("model") or {}
-    if spec.get("normalizer") is not None:
-        return None, f"the tokenizer has a normalizer ({spec['normalizer'].get('type')})"
-    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
-        return None, f"the pre-tokenizer is not byte-level with the GPT-2 pattern and no prefix space ({pre})"
-    if model.get("type") != "BPE" or model.get("dropout") or model.get("continuing_subword_prefix") \
-            or model.get("end_of_word_suffix") or model.get("ignore_merges"):
-        return None, "the model is not a plain BPE (dropout, subword affixes or ignore_merges)"
+    reason = _pipeline_refusal(spec)
+    if reason:
+        return None, reason
     u2b = _bytes_to_unicode()
-    vocab: dict[str, int] = model["vocab"]
-    if len(set(vocab.values())) != len(vocab):
-        return None, "two vocabulary entries share an id"
-    rank_of: dict[str, int] = {}
-    for char in u2b:
-        if char not in vocab:
-            return None, f"byte {u2b[char]} is not in the vocabulary"
-        rank_of[char] = vocab[char]
-    merges = [m.split(" ", 1) if isinstance(m, str) else m for m in model.get("merges", [])]
-    made: list[str] = []
-    for i, (a, b) in enumerate(merges):
-        if a not in rank_of or b not in rank_of:
-            return None, f"merge {i} ({a!r}, {b!r}) uses a part that no earlier merge made"
-        if a + b in rank_of or a + b not in vocab:
-            return None, f"merge {i} makes {a + b!r}, which another merge also makes or the vocabulary lacks"
-        rank_of[a + b] = vocab[a + b]
-        made.append(a + b)
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    rank_of, made, reason = _merged_tokens(spec["model"], vocab, u2b)
+    if reason:
+        return None, reason
     made_ids = [vocab[t] for t in made]
     if all(x < y for x, y in zip(made_ids, made_ids[1:])):
         ranks, id_of_rank = dict(rank_of), None  # merge order is id order: the ids are the ranks
@@ -174,26 +156,16 @@ def _refusal(tok: LoadedTokenizer) -> tuple[Optional[FastEncoder], str]:
         id_of_rank = np.empty(256 + len(made), dtype=np.int64)
         for t, r in ranks.items():
             id_of_rank[r] = vocab[t]
-    # Condition 2: BPE alone (no pre-tokenizer, no added tokens) gives every merged token back whole.
-    bare = json.loads(tok.tokenizer.to_str())
-    bare.update(normalizer=None, pre_tokenizer=None, post_processor=None, added_tokens=[])
-    from tokenizers import Tokenizer
-
-    alone = Tokenizer.from_str(json.dumps(bare)).encode_batch_fast(made, add_special_tokens=False)
-    for t, e in zip(made, alone):
-        if e.ids != [vocab[t]]:
-            return None, f"BPE encodes the text of token {t!r} as {e.tokens}, not as the token itself"
+    reason = _bpe_refusal(tok, made, vocab)
+    if reason:
+        return None, reason
 
     added = [a for a in spec.get("added_tokens", [])]
     special = [a["content"] for a in added if a["special"]]
     plain = [a for a in added if not a["special"]]
-    for a in plain:
-        if a["single_word"] or a["lstrip"] or a["rstrip"] or not a["content"]:
-            return None, f"added token {a['content']!r} has single_word, lstrip or rstrip set"
-        for s in special:
-            c = a["content"]
-            if c in s or s in c or any(s.endswith(c[:k]) or c.endswith(s[:k]) for k in range(1, min(len(c), len(s)))):
-                return None, f"added token {c!r} overlaps the special token {s!r}"
+    reason = _added_refusal(plain, special)
+    if reason:
+        return None, reason
     passes = []
     for normalized in (False, True):
         contents = sorted({a["content"] for a in plain if bool(a["normalized"]) == normalized},
@@ -203,6 +175,66 @@ def _refusal(tok: LoadedTokenizer) -> tuple[Optional[FastEncoder], str]:
     byte_ranks = {bytes(u2b[c] for c in t): r for t, r in ranks.items()}
     encoding = tiktoken.Encoding("tokenmill", pat_str=GPT2_PATTERN, mergeable_ranks=byte_ranks, special_tokens={})
     return FastEncoder(encoding, id_of_rank, tuple(passes), {a["content"]: a["id"] for a in plain}), ""
+
+
+def _pipeline_refusal(spec: dict) -> str:
+    """Why the tokenizer's normalizer, pre-tokenizer or model is not the one tiktoken runs, or ""."""
+    pre, model = spec.get("pre_tokenizer") or {}, spec.get("model") or {}
+    if spec.get("normalizer") is not None:
+        return f"the tokenizer has a normalizer ({spec['normalizer'].get('type')})"
+    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+        return f"the pre-tokenizer is not byte-level with the GPT-2 pattern and no prefix space ({pre})"
+    if model.get("type") != "BPE" or model.get("dropout") or model.get("continuing_subword_prefix") \
+            or model.get("end_of_word_suffix") or model.get("ignore_merges"):
+        return "the model is not a plain BPE (dropout, subword affixes or ignore_merges)"
+    return ""
+
+
+def _merged_tokens(model: dict, vocab: dict[str, int], u2b: dict[str, int]) -> tuple[dict[str, int], list[str], str]:
+    """({token: id} of the bytes and every merged token, the merged tokens in merge order, "") when condition 1
+    holds and every byte is in the vocabulary, else ({}, [], why not)."""
+    if len(set(vocab.values())) != len(vocab):
+        return {}, [], "two vocabulary entries share an id"
+    rank_of: dict[str, int] = {}
+    for char in u2b:
+        if char not in vocab:
+            return {}, [], f"byte {u2b[char]} is not in the vocabulary"
+        rank_of[char] = vocab[char]
+    merges = [m.split(" ", 1) if isinstance(m, str) else m for m in model.get("merges", [])]
+    made: list[str] = []
+    for i, (a, b) in enumerate(merges):
+        if a not in rank_of or b not in rank_of:
+            return {}, [], f"merge {i} ({a!r}, {b!r}) uses a part that no earlier merge made"
+        if a + b in rank_of or a + b not in vocab:
+            return {}, [], f"merge {i} makes {a + b!r}, which another merge also makes or the vocabulary lacks"
+        rank_of[a + b] = vocab[a + b]
+        made.append(a + b)
+    return rank_of, made, ""
+
+
+def _bpe_refusal(tok: LoadedTokenizer, made: list[str], vocab: dict[str, int]) -> str:
+    """Condition 2: BPE alone (no pre-tokenizer, no added tokens) gives every merged token back whole; else why not."""
+    bare = json.loads(tok.tokenizer.to_str())
+    bare.update(normalizer=None, pre_tokenizer=None, post_processor=None, added_tokens=[])
+    from tokenizers import Tokenizer
+
+    alone = Tokenizer.from_str(json.dumps(bare)).encode_batch_fast(made, add_special_tokens=False)
+    for t, e in zip(made, alone):
+        if e.ids != [vocab[t]]:
+            return f"BPE encodes the text of token {t!r} as {e.tokens}, not as the token itself"
+    return ""
+
+
+def _added_refusal(plain: list[dict], special: list[str]) -> str:
+    """Why the non-special added tokens cannot be split off first as `tokenizers` does, or ""."""
+    for a in plain:
+        if a["single_word"] or a["lstrip"] or a["rstrip"] or not a["content"]:
+            return f"added token {a['content']!r} has single_word, lstrip or rstrip set"
+        for s in special:
+            c = a["content"]
+            if c in s or s in c or any(s.endswith(c[:k]) or c.endswith(s[:k]) for k in range(1, min(len(c), len(s)))):
+                return f"added token {c!r} overlaps the special token {s!r}"
+    return ""
 
 
 _CACHE: dict[str, tuple[Optional[FastEncoder], str]] = {}

@@ -31,6 +31,10 @@ import numpy as np
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
+BIN = ".bin"
+"""The tokens' file: ``<prefix>.bin``."""
+IDX = ".idx"
+"""The index's file: ``<prefix>.idx``."""
 
 DTYPE_CODES: dict[np.dtype, int] = {
     np.dtype(np.uint8): 1,
@@ -143,7 +147,7 @@ class IndexedWriter:
     def write(self, prefix: str | os.PathLike) -> tuple[Path, Path]:
         """Convenience (tests, tools): finalize and write ``prefix.bin`` and ``prefix.idx`` directly."""
         bin_bytes, idx_bytes = self.finalize()
-        bin_path, idx_path = Path(f"{os.fspath(prefix)}.bin"), Path(f"{os.fspath(prefix)}.idx")
+        bin_path, idx_path = Path(f"{os.fspath(prefix)}{BIN}"), Path(f"{os.fspath(prefix)}{IDX}")
         bin_path.write_bytes(bin_bytes)
         idx_path.write_bytes(idx_bytes)
         return bin_path, idx_path
@@ -239,14 +243,14 @@ def _paths(prefix_or_paths) -> tuple[Path, Path]:
             raise ValueError("expected (idx_path, bin_path)")
         a, b = (Path(p) for p in prefix_or_paths)
         # Accept either order when the suffixes say which is which.
-        if a.suffix == ".bin" and b.suffix == ".idx":
+        if a.suffix == BIN and b.suffix == IDX:
             a, b = b, a
         return a, b
     text = os.fspath(prefix_or_paths)
-    for suffix in (".idx", ".bin"):
+    for suffix in (IDX, BIN):
         if text.endswith(suffix):
             text = text[: -len(suffix)]
-    return Path(text + ".idx"), Path(text + ".bin")
+    return Path(text + IDX), Path(text + BIN)
 
 
 class IndexedReader:

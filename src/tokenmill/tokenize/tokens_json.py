@@ -12,11 +12,11 @@ config, ``tokenmill tokens stats/verify`` and ``tokenmill.inspect.tokens`` read 
           "engine": "tiktoken", "sha256": {".bin": ..., ".idx": ..., ".docs.parquet": ...},
           "head": {"bytes": 131072, "sha256": ...}}, ...]}, "valid": ...}}
 
-Each file entry's ``prefix`` names its ``.bin``/``.idx``/``.docs.parquet`` relative to the folder of the index;
-files are sorted by prefix, the order of the loader's streams. ``head`` (optional; written for a ``.bin`` longer than
-`HEAD_BYTES`) is the sha256 of the ``.bin``'s first ``bytes``: a streaming loader fetches that range alone, verified,
-for the one sample that runs from the previous file into this one, instead of the whole file. Only numpy is imported:
-the loader needs no pyarrow.
+Each file entry's ``prefix`` names its ``.bin``/``.idx``/``.docs.parquet`` relative to the folder of the index
+(`bundle`, which names these files and makes each entry); files are sorted by prefix, the order of the loader's
+streams. ``head`` (optional; written for a ``.bin`` longer than `bundle.HEAD_BYTES`) is the sha256 of the ``.bin``'s
+first ``bytes``: a streaming loader fetches that range alone, verified, for the one sample that runs from the previous
+file into this one, instead of the whole file. Only numpy is imported: the loader needs no pyarrow.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tokenmill.errors import TokenmillError
+from tokenmill.tokenize.bundle import HASHED
 
 FILE = "tokens.json"
 FORMAT = "megatron-mmidx"
@@ -40,13 +41,8 @@ TOKENIZER_FILE = "tokenizer.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 """A recorded sha256: 64 lowercase hex characters, as hashlib's ``hexdigest`` writes it. The streaming loader's cache
 names its files by them, so nothing else may pass."""
-EXTENSIONS = (".bin", ".idx", ".docs.parquet")
-"""The files of a token file entry, each with its sha256."""
 _PART = re.compile(r"[A-Za-z0-9_.+=@,-]+")
 """One part of a recorded name: source and shard names (`pipeline.config`) and split names are made of these."""
-HEAD_BYTES = 128 * 1024
-"""The range of a ``.bin`` whose sha256 an entry's ``head`` records: a sample's ``seq_len + 1`` tokens fit in it up to
-``seq_len`` 65,535 (uint16) or 32,767 (uint32); a longer one reads the whole next file."""
 
 
 class DataError(TokenmillError, ValueError):
@@ -150,8 +146,8 @@ def _file(value: Any, where: str, key: str, itemsize: int) -> dict:
                           for s, c in _mapping(entry.get("by_source", {}), where, f"{key}.by_source").items()}
     hashes = _mapping(entry.get("sha256", {}), where, f"{key}.sha256")
     for ext in hashes:
-        if ext not in EXTENSIONS:
-            raise _fail(where, f"{key}.sha256", f"{ext!r:.80} is not one of the files of an entry {EXTENSIONS}")
+        if ext not in HASHED:
+            raise _fail(where, f"{key}.sha256", f"{ext!r:.80} is not one of the files of an entry {HASHED}")
     entry["sha256"] = {ext: _sha256(h, where, f"{key}.sha256.{ext}") for ext, h in hashes.items()}
     if "head" in entry:
         head = entry["head"] = dict(_mapping(entry["head"], where, f"{key}.head"))
@@ -161,16 +157,6 @@ def _file(value: Any, where: str, key: str, itemsize: int) -> dict:
                                                     f"found {size}")
         _sha256(head.get("sha256"), where, f"{key}.head.sha256")
     return entry
-
-
-def head_record(bin_bytes, head_bytes: int = HEAD_BYTES) -> dict | None:
-    """A file entry's ``head``: the sha256 of the first ``head_bytes`` of a ``.bin`` (None for a file no longer,
-    which a loader fetches whole)."""
-    import hashlib
-
-    if len(bin_bytes) <= head_bytes:
-        return None
-    return {"bytes": head_bytes, "sha256": hashlib.sha256(memoryview(bin_bytes)[:head_bytes]).hexdigest()}
 
 
 def validate(data: Any, where: str | Path = FILE) -> dict:
@@ -281,7 +267,7 @@ def _contained(index: TokensIndex) -> None:
     check(Path(index.tokenizer_path), "tokenizer.file")
     for split, entry in index.splits.items():
         for i, f in enumerate(entry["files"]):
-            for ext in EXTENSIONS:
+            for ext in HASHED:
                 check(Path(f"{index.prefix_path(f)}{ext}"), f"splits.{split}.files[{i}].prefix")
 
 

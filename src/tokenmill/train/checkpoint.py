@@ -35,12 +35,14 @@ places: ``FileSystemReader.read_metadata`` runs a plain ``pickle.load`` on ``.me
 ``DefaultLoadPlanner.load_bytes`` runs ``torch.load(weights_only=False)`` on every non-tensor value
 (optimizer ``param_groups`` entries, scheduler fields); only tensors are read with
 ``weights_only=True``. This module replaces both: ``.metadata`` is read by ``safe_unpickle`` (exact
-(module, name) globals only: DCP's metadata classes, ``torch.Size``, dtypes, layouts, paths), and
-non-tensor values with ``torch.load(weights_only=True)`` (primitives, lists, tuples, dicts and tensors
-only). ``COMMITTED``'s checksums do not make a checkpoint trusted: whoever hands one over writes them too.
-A ``.metadata`` naming any other global was not written by DCP: the load stops with
-:class:`UntrustedCheckpointError` naming the file and the global, rather than falling back to an older
-checkpoint of the same hand. Keep values in ``app_state`` to such types.
+(module, name) globals only: DCP's metadata classes, ``torch.Size``, dtypes, layouts, paths; and only the
+operations DCP's pickle makes on them), and non-tensor values with ``torch.load(weights_only=True)``
+(primitives, lists, tuples, dicts and tensors only). ``COMMITTED``'s checksums do not make a checkpoint
+trusted: whoever hands one over writes them too. A ``.metadata`` holding anything else (another global, an
+opcode or operation DCP never uses, a top object that is not a ``Metadata``: ``RefusedPickle``) or a value
+``weights_only`` refuses was not written by DCP: the load stops with :class:`UntrustedCheckpointError` naming
+the file and what it holds, rather than falling back to an older checkpoint of the same hand. A cut or garbled
+file is damage, and falls back. Keep values in ``app_state`` to such types.
 
 A full disk. A save that fails because its file system is full (``ENOSPC``/``EDQUOT`` in the error's
 chain, or, as torch's zip writer loses the errno and says "unexpected pos", less than
@@ -99,9 +101,9 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from tokenmill.digest import file_sha256
 from tokenmill.train.atomic import fsync_dir, write_atomic
-from tokenmill.train.errors import FULL_ERRNOS, DiskFullError, EveryRankError, disk_full_message, free_bytes, \
-    full_errno
-from tokenmill.train.safe_unpickle import RefusedGlobal, load_metadata
+from tokenmill.train.distributed import barrier, from_rank0, group_active, group_rank, group_size
+from tokenmill.train.errors import DiskFullError, EveryRankError, disk_full_message, error_chain, free_bytes, full_errno
+from tokenmill.train.safe_unpickle import RefusedPickle, load_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +119,8 @@ class CheckpointError(EveryRankError):
 
 
 class UntrustedCheckpointError(CheckpointError):
-    """A checkpoint holds what DCP never writes (a pickle naming a global outside the allow-list): the run stops."""
+    """A checkpoint holds what DCP never writes (a pickle naming a global outside the allow-list, or using an operation
+    DCP's pickle never makes; a non-tensor value that ``torch.load(weights_only=True)`` refuses): the run stops."""
 
 
 #: Less free space than this where a save failed means the disk is full, whatever error torch turned it into.
@@ -189,12 +192,26 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 class SafeReader(FileSystemReader):
     """``FileSystemReader`` whose ``.metadata`` goes through ``safe_unpickle`` (exact globals only): DCP's own runs a
-    plain ``pickle.load`` on it. Public for users who call ``dcp.load`` themselves (docs/loader.md)."""
+    plain ``pickle.load`` on it. Every shard it names must be a file in its folder: DCP opens ``folder/name``, so
+    ``../x`` would read a file outside it. Public for users who call ``dcp.load`` themselves (docs/loader.md).
+
+    ``refused``: the :class:`RefusedPickle` it raised, if any. DCP (torch 2.13) turns a failed ``read_metadata``
+    into ``AssertionError("metadata is None; ...")`` keeping only its text, so a caller asks the reader instead."""
+
+    refused: RefusedPickle | None = None
 
     def read_metadata(self, *args: Any, **kwargs: Any):
         path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as f:
-            metadata = load_metadata(f, str(path))
+        try:
+            with self.fs.create_stream(path, "rb") as f:
+                metadata = load_metadata(f, str(path))
+            for info in (metadata.storage_data or {}).values():
+                name = getattr(info, "relative_path", None)
+                if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+                    raise RefusedPickle(str(path), f"names the shard file {name!r}, which is not a file of its folder")
+        except RefusedPickle as e:
+            self.refused = e
+            raise
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -212,6 +229,17 @@ class _RefusedValue(Exception):
         return type(self), (self.file, self.key, self.why)
 
 
+def _weights_only_reason(message: str) -> str:
+    """What torch's weights-only unpickler refused, from the message ``torch.load`` wraps it in: that message
+    advises loading with ``weights_only=False`` or allow-listing the global, not advice for a file from others."""
+    text = message.split("\n\nCheck the documentation of torch.load", 1)[0]
+    said = "WeightsUnpickler error: "
+    reason = text.rsplit(said, 1)[1] if said in text else text.rsplit("\n\n", 1)[-1]
+    reason = reason.strip().removeprefix("Weights only load failed. ").strip()
+    reason = reason.splitlines()[0] if reason else "unpickling refused"
+    return re.split(r" was not an allowed global by default|\. Please use `torch\.serialization", reason)[0].rstrip(". ")
+
+
 class SafeLoadPlanner(DefaultLoadPlanner):
     """``DefaultLoadPlanner`` that reads non-tensor values with ``torch.load(weights_only=True)``; a value it refuses
     (a global outside torch's allow-list) raises :class:`_RefusedValue`, naming the file and the key."""
@@ -222,10 +250,7 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         except pickle.UnpicklingError as e:  # what weights_only raises for anything it does not admit
             storage = getattr(self.metadata, "storage_data", None) or {}
             file = getattr(storage.get(read_item.storage_index), "relative_path", "a .distcp file")
-            # torch's message goes on to advise allow-listing the global: not advice for a file from someone else.
-            named = re.search(r"Unsupported (global: GLOBAL \S+|operand \S+)", str(e))
-            why = named.group(0) if named else (str(e).strip().splitlines() or ["unpickling refused"])[0]
-            raise _RefusedValue(str(file), read_item.dest_index.fqn, why) from None
+            raise _RefusedValue(str(file), read_item.dest_index.fqn, _weights_only_reason(str(e))) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:
@@ -256,47 +281,6 @@ class LoadedCheckpoint:
     path: Path
 
 
-def _dist_on() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def _rank() -> int:
-    return dist.get_rank() if _dist_on() else 0
-
-
-def _world_size() -> int:
-    return dist.get_world_size() if _dist_on() else 1
-
-
-def _barrier() -> None:
-    if _dist_on():
-        dist.barrier()
-
-
-def _from_rank0(obj: Any) -> Any:
-    """``obj`` as rank 0 has it (a no-op without a process group)."""
-    if not _dist_on():
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def _errors(e: BaseException) -> list[BaseException]:
-    """``e`` and everything it carries: causes, contexts, and DCP's per-rank failures."""
-    found: list[BaseException] = []
-    todo: list[Any] = [e]
-    while todo:
-        err = todo.pop()
-        if not isinstance(err, BaseException) or any(err is f for f in found):
-            continue
-        found.append(err)
-        todo += [err.__cause__, err.__context__]
-        if isinstance(err, CheckpointException):
-            todo += [f[0] if isinstance(f, tuple) else f for f in (getattr(err, "failures", None) or {}).values()]
-    return found
-
-
 def _full_disk(e: BaseException, folder: Path) -> tuple[int | None, int] | None:
     """(free bytes, errno) on ``folder``'s file system if ``e`` came from it being full, else None.
 
@@ -305,24 +289,40 @@ def _full_disk(e: BaseException, folder: Path) -> tuple[int | None, int] | None:
     unexpected pos ...`` instead; asked before the partial files are removed, it sees the disk as the write left it.
     """
     free = free_bytes(folder)
-    said = next((err.errno for err in _errors(e) if isinstance(err, OSError) and err.errno in FULL_ERRNOS), None)
+    said = full_errno(e)
     if said is not None or (free is not None and free < LOW_SPACE_BYTES):
         return free, said if said is not None else errno.ENOSPC
     return None
 
 
-def _untrusted_message(path: Path, refused: RefusedGlobal | _RefusedValue) -> str:
-    if isinstance(refused, RefusedGlobal):
-        what = (f"{refused.source} names the Python global ({refused.module!r}, {refused.name!r}), which DCP never "
-                "writes; it was refused and nothing in the file was run")
+def _metadata_problem(path: Path, files: Mapping[str, Any]) -> str | None:
+    """Why DCP's index in ``path`` is unusable (unreadable, or naming a file the marker does not list), or None.
+    Raises :class:`UntrustedCheckpointError` when it holds what DCP never writes."""
+    try:
+        metadata = SafeReader(path).read_metadata()
+    except RefusedPickle as e:  # not damage: DCP never writes it, so the checkpoint is not used at all
+        raise UntrustedCheckpointError(_untrusted_message(path, e)) from None
+    except Exception as e:  # noqa: BLE001 - any failure to parse means the index is unusable
+        return f"{DCP_METADATA} unreadable: {e}"
+    for info in (metadata.storage_data or {}).values():
+        rel = getattr(info, "relative_path", None)
+        if rel is not None and rel not in files:
+            return f"{DCP_METADATA} names {rel}, which the marker does not list"
+    return None
+
+
+def _untrusted_message(path: Path, refused: RefusedPickle | _RefusedValue) -> str:
+    if isinstance(refused, RefusedPickle):
+        what = f"{refused.source} {refused.what}, which DCP never writes; it was refused and nothing in the file was run"
     else:
         what = f"{path / refused.file} {str(refused).split(' ', 1)[1]}; nothing in it was run"
     return (f"checkpoint {path} is not safe to load: {what}. The checkpoint was altered or not written by tokenmill: "
             f"get a clean copy, or delete {path} to resume from the checkpoint before it (if you trust its source)")
 
 
-def _refusal(e: BaseException) -> RefusedGlobal | _RefusedValue | None:
-    return next((err for err in _errors(e) if isinstance(err, (RefusedGlobal, _RefusedValue))), None)
+def _refusal(e: BaseException) -> RefusedPickle | _RefusedValue | None:
+    """The refusal of a crafted file in ``e``'s chain (DCP's per-rank failures included), if any."""
+    return next((err for err in error_chain(e) if isinstance(err, (RefusedPickle, _RefusedValue))), None)
 
 
 def _describe(e: BaseException) -> str:
@@ -391,8 +391,9 @@ class CheckpointManager:
         return sorted(found, key=lambda c: c.step)
 
     def latest(self, healthy_only: bool = False, *, verify: bool = True) -> CheckpointInfo | None:
-        """The newest committed checkpoint (that is marked healthy, if asked) which passes
-        verification; failing ones are logged and skipped. None if there is none."""
+        """The newest committed checkpoint (that is marked healthy, if asked) which passes verification; damaged ones
+        are logged and skipped. None if there is none. Raises :class:`UntrustedCheckpointError` (from :meth:`verify`)
+        at the first one that holds what DCP never writes, rather than skipping to an older one."""
         for info in reversed(self.checkpoints()):
             if healthy_only and not info.healthy:
                 continue
@@ -408,8 +409,8 @@ class CheckpointManager:
 
     def verify(self, path: Path) -> str | None:
         """Why the checkpoint at ``path`` cannot be used (damage: a missing, cut or altered file), or None if it
-        checks out. Local: no collectives. Raises :class:`UntrustedCheckpointError` when its ``.metadata`` names a
-        global that DCP never writes."""
+        checks out. Local: no collectives. Raises :class:`UntrustedCheckpointError` when its ``.metadata`` holds what
+        DCP never writes (:class:`~tokenmill.train.safe_unpickle.RefusedPickle`)."""
         try:
             marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
             files = marker["files"]
@@ -426,35 +427,38 @@ class CheckpointManager:
         m = _STEP_DIR.match(path.name)
         if not isinstance(meta, dict) or m is None or meta.get("step") != int(m.group(1)):
             return f"{META} does not name step {m.group(1) if m else path.name}"
+        if not isinstance(meta.get("extra", {}), dict):
+            return f"{META} has an extra that is not a mapping"
         if DCP_METADATA not in files:
             return f"{MARKER} does not list DCP's {DCP_METADATA}"
         for name, rec in files.items():
-            if "/" in name or name in (".", ".."):
-                return f"{MARKER} lists a bad file name {name!r}"
-            f = path / name
-            try:
-                size = f.stat().st_size
-            except OSError:
-                return f"{name} is missing"
-            if size != rec.get("bytes"):
-                return f"{name} has {size} bytes, {rec.get('bytes')} were written"
-            if rec.get("sha256") is not None and self.hash_files:
-                try:
-                    digest = file_sha256(f)
-                except OSError as e:
-                    return f"{name} unreadable: {e}"
-                if digest != rec["sha256"]:
-                    return f"{name} sha256 {digest[:12]}… differs from the one written {rec['sha256'][:12]}…"
+            problem = self._file_problem(path, name, rec)
+            if problem is not None:
+                return problem
+        return _metadata_problem(path, files)
+
+    def _file_problem(self, path: Path, name: str, rec: Any) -> str | None:
+        """Why the marker's record ``rec`` of file ``name`` does not match the file (a bad name or record, a missing,
+        cut or altered file), or None. The sha256 is read only with ``hash_files``."""
+        if "/" in name or "\0" in name or name in ("", ".", ".."):
+            return f"{MARKER} lists a bad file name {name!r}"
+        if not isinstance(rec, dict) or type(rec.get("bytes")) is not int or \
+                not isinstance(rec.get("sha256"), (str, type(None))):
+            return f"{MARKER} has a bad record for {name}: {rec!r:.80}"
+        f = path / name
         try:
-            metadata = SafeReader(path).read_metadata()
-        except RefusedGlobal as e:  # not damage: DCP never writes it, so the checkpoint is not used at all
-            raise UntrustedCheckpointError(_untrusted_message(path, e)) from None
-        except Exception as e:  # noqa: BLE001 - any failure to parse means the index is unusable
-            return f"{DCP_METADATA} unreadable: {e}"
-        for info in (metadata.storage_data or {}).values():
-            rel = getattr(info, "relative_path", None)
-            if rel is not None and rel not in files:
-                return f"{DCP_METADATA} names {rel}, which the marker does not list"
+            size = f.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != rec.get("bytes"):
+            return f"{name} has {size} bytes, {rec.get('bytes')} were written"
+        if rec.get("sha256") is not None and self.hash_files:
+            try:
+                digest = file_sha256(f)
+            except OSError as e:
+                return f"{name} unreadable: {e}"
+            if digest != rec["sha256"]:
+                return f"{name} sha256 {digest[:12]}… differs from the one written {rec['sha256'][:12]}…"
         return None
 
     # ---- save
@@ -486,7 +490,7 @@ class CheckpointManager:
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"extra for step {step} is not JSON-able ({e}); convert it to lists/dicts/numbers") from e
 
-        rank = _rank()
+        rank = group_rank()
         ready: OSError | None = None
         if rank == 0:
             try:  # the first save makes the folder, which a full disk can refuse: every rank must hear of it
@@ -494,7 +498,7 @@ class CheckpointManager:
                 self._clean_leftovers()
             except OSError as e:
                 ready = e
-        token, unready = _from_rank0((uuid.uuid4().hex, ready is not None) if rank == 0 else None)
+        token, unready = from_rank0((uuid.uuid4().hex, ready is not None) if rank == 0 else None)
         tmp = self.root / f".tmp-step-{step:09d}-{token}"
         final = self.path_for(step)
         if unready:
@@ -502,23 +506,22 @@ class CheckpointManager:
 
         try:
             with _quiet_no_dist():
-                dcp.save(dict(app_state), checkpoint_id=tmp, no_dist=not _dist_on())
+                dcp.save(dict(app_state), checkpoint_id=tmp, no_dist=not group_active())
         except CheckpointException as e:  # a BaseException in DCP, raised on every rank; an ordinary error here
             self._fail(step, tmp, e, f"DCP save failed: {_describe(e)}")
-        _barrier()  # every rank's shards are on disk
+        barrier()  # every rank's shards are on disk
 
         error: Exception | None = None
         if rank == 0:
             try:
                 self._commit(step, tmp, final, healthy, extra_json)
-            except Exception as e:  # noqa: BLE001 - reported to every rank below
+            except Exception as e:  # noqa: BLE001 - reported to every rank below (and logged by _fail)
                 error = e
-                logger.debug("checkpoint step %d: commit failed", step, exc_info=True)
-        if _from_rank0(error is not None):
+        if from_rank0(error is not None):
             self._fail(step, tmp, error, f"{type(error).__name__}: {error}" if error is not None else "")
         if rank == 0:
             self._prune()
-        _barrier()
+        barrier()
         return final
 
     def _fail(self, step: int, tmp: Path, error: BaseException | None, what: str) -> NoReturn:
@@ -527,7 +530,7 @@ class CheckpointManager:
         :class:`DiskFullError` or :class:`CheckpointError`. Done before the ranks part: a launcher that stops the
         others when the first rank exits cannot cut the clean-up short."""
         verdict = None
-        if _rank() == 0:
+        if group_rank() == 0:
             full = _full_disk(error, self.root) if error is not None else None
             shutil.rmtree(tmp, ignore_errors=True)
             if full is not None:
@@ -536,8 +539,10 @@ class CheckpointManager:
                                              "what it had written was removed", previous, full[0]), True)
             else:
                 verdict = (f"checkpoint step {step} not committed: {what}", False)
-        message, full = _from_rank0(verdict)
-        raise (DiskFullError if full else CheckpointError)(message)
+                if error is not None and not isinstance(error, OSError):  # an OSError's one line says it all
+                    logger.error("checkpoint step %d not committed", step, exc_info=error)
+        message, full = from_rank0(verdict)
+        raise (DiskFullError if full else CheckpointError)(message) from error
 
     def _commit(self, step: int, tmp: Path, final: Path, healthy: bool, extra: dict) -> None:
         """Rank 0: ``meta.json``, the file list, the rename into place, then the marker. On failure the new
@@ -547,7 +552,7 @@ class CheckpointManager:
             "step": step,
             "healthy": healthy,
             "created": time.time(),
-            "world_size": _world_size(),
+            "world_size": group_size(),
             "torch": torch.__version__,
             "extra": extra,
         }
@@ -617,11 +622,12 @@ class CheckpointManager:
     def mark(self, step: int, healthy: bool) -> None:
         """Set the healthy flag of checkpoint ``step`` (atomic rewrite of its ``meta.json``).
 
-        Every rank may call it; only rank 0 writes. Raises :class:`CheckpointError` if that step has
-        no committed checkpoint.
+        Every rank calls it (a collective); only rank 0 writes. Raises :class:`CheckpointError` if that step has
+        no committed checkpoint or its ``meta.json`` cannot be rewritten, :class:`DiskFullError` if the disk is full.
         """
-        error = None
-        if _rank() == 0:
+        error: tuple[str, bool] | None = None
+        cause: Exception | None = None
+        if group_rank() == 0:
             path = self.path_for(step)
             try:
                 if not (path / MARKER).is_file():
@@ -629,14 +635,16 @@ class CheckpointManager:
                 meta = json.loads((path / META).read_text(encoding="utf-8"))
                 meta["healthy"] = bool(healthy)
                 write_atomic(path / META, json.dumps(meta, indent=1, sort_keys=True), fsync=True)
-            except (OSError, ValueError, CheckpointError) as e:
-                code = full_errno(e)
+            except Exception as e:  # noqa: BLE001 - every rank must hear of it, or the others wait here for good
+                cause, code = e, full_errno(e)
                 error = (disk_full_message(f"{META} of checkpoint step {step}", path, code, "the file is as it was",
-                                           step), True) if code is not None else (str(e), False)
-        error = _from_rank0(error)
+                                           step), True) if code is not None else \
+                    (str(e) if isinstance(e, CheckpointError) else f"{path / META}: {type(e).__name__}: {e}", False)
+        error = from_rank0(error)
         if error is not None:
             message, full = error
-            raise DiskFullError(message) if full else CheckpointError(f"cannot mark step {step}: {message}")
+            raise (DiskFullError(message) if full else CheckpointError(f"cannot mark step {step}: {message}")) \
+                from cause
 
     def discard_after(self, step: int) -> list[int]:
         """Delete every checkpoint newer than ``step``; returns their steps.
@@ -645,14 +653,14 @@ class CheckpointManager:
         checkpoints, the newest on disk. Every rank calls it; rank 0 deletes.
         """
         gone = []
-        if _rank() == 0 and self.root.is_dir():
+        if group_rank() == 0 and self.root.is_dir():
             for entry in sorted(self.root.iterdir()):
                 m = _STEP_DIR.match(entry.name)
                 if m and entry.is_dir() and int(m.group(1)) > step:
                     self._delete(entry)
                     gone.append(int(m.group(1)))
-        gone = _from_rank0(gone)
-        _barrier()
+        gone = from_rank0(gone)
+        barrier()
         return gone
 
     # ---- load
@@ -684,33 +692,29 @@ class CheckpointManager:
             for c in reversed(self.checkpoints())
             if (not healthy_only or c.healthy) and (max_step is None or c.step <= max_step)
         ]
-        candidates = _from_rank0(candidates)
+        candidates = from_rank0(candidates)
         if not candidates:
             return None
         failures = []
         for info in candidates:
             reason = untrusted = None
-            if _rank() == 0:
+            if group_rank() == 0:
                 try:
                     reason = self.verify(info.path)
                 except UntrustedCheckpointError as e:
                     untrusted = str(e)
-            reason, untrusted = _from_rank0((reason, untrusted))
+            reason, untrusted = from_rank0((reason, untrusted))
             if reason is None and untrusted is None:
+                reader = SafeReader(info.path)
                 try:
                     with _quiet_no_dist():
-                        dcp.load(
-                            app_state,
-                            storage_reader=SafeReader(info.path),
-                            planner=SafeLoadPlanner(),
-                            no_dist=not _dist_on(),
-                        )
+                        dcp.load(app_state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=not group_active())
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - any failure: try the previous one
-                    refused = _refusal(e)  # unless the file changed since its verification: then stop
+                    refused = _refusal(e) or reader.refused  # unless the file changed since its verification: stop
                     untrusted = _untrusted_message(info.path, refused) if refused is not None else None
                     reason = f"load failed: {_describe(e)}"
-                if _dist_on():  # one rank failing must make every rank fall back (or stop)
-                    verdicts: list[Any] = [None] * _world_size()
+                if group_active():  # one rank failing must make every rank fall back (or stop)
+                    verdicts: list[Any] = [None] * group_size()
                     dist.all_gather_object(verdicts, (reason, untrusted))
                     reason = next((r for r, _ in verdicts if r is not None), None)
                     untrusted = next((u for _, u in verdicts if u is not None), None)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config_base import StrictModel, expand_path, load_yaml
+from tokenmill.config_base import StrictModel, key_path, load_yaml, resolve
 from tokenmill.train.fingerprints import FingerprintConfig
 from tokenmill.train.guard import GuardConfig
 from tokenmill.train.model import PRESETS
@@ -144,13 +144,6 @@ class TrainConfig(StrictModel):
         return [str(locate(d.path)) for d in self.data]
 
 
-def _key_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
 def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainConfig:
     """Validate a mapping; relative paths (data, output) are taken from ``base_dir`` (made absolute, so the resolved
     config, which a checkpoint keeps, does not depend on the working directory). Raises ConfigError."""
@@ -159,18 +152,18 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
     try:
         config = TrainConfig.model_validate(data)
     except ValidationError as err:
-        lines = [f"  {_key_path(e['loc'])}: {e['msg']}" for e in err.errors()]
+        lines = [f"  {key_path(e['loc'])}: {e['msg']}" for e in err.errors()]
         raise ConfigError("invalid train config:\n" + "\n".join(lines)) from None
     base = Path(base_dir).resolve()
     problems: list[str] = []
 
     def fix(key: str, p: str) -> str:
-        # `~` and `$VAR` as in a pipeline config (config_base.expand_path), then relative to the config's folder.
+        # As every config path: `~` and `$VAR` expanded, then relative to the config file's folder.
         try:
-            p = expand_path(p)
+            return str(resolve(p, base))
         except ValueError as err:
             problems.append(f"  {key}: {err}")
-        return p if Path(p).is_absolute() else str(base / p)
+            return p
 
     config = config.model_copy(update={"output": fix("output", config.output),
                                        "data": [d.model_copy(update={"path": fix(f"data[{i}].path", d.path)})

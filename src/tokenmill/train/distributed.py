@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -41,10 +42,41 @@ class Distributed:
     def close(self) -> None:
         if dist.is_initialized():
             # gloo may tear down a peer still in a collective otherwise (and the store with it).
-            self.progress.enter("final barrier")
-            dist.barrier()
-            self.progress.collective_done("final barrier")
+            barrier(self.progress, "final barrier")
             dist.destroy_process_group()
+
+
+def group_active() -> bool:
+    """Whether this process is in a process group (a single process has none)."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def group_rank() -> int:
+    return dist.get_rank() if group_active() else 0
+
+
+def group_size() -> int:
+    return dist.get_world_size() if group_active() else 1
+
+
+def barrier(progress: Progress | None = None, name: str = "barrier") -> None:
+    """Wait for every rank (a no-op without a process group); `progress`: the phase the hang watchdog reports."""
+    if not group_active():
+        return
+    if progress is not None:
+        progress.enter(name)
+    dist.barrier()
+    if progress is not None:
+        progress.collective_done(name)
+
+
+def from_rank0(obj: Any) -> Any:
+    """``obj`` as rank 0 has it (a no-op without a process group)."""
+    if not group_active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def setup() -> Distributed:

@@ -116,66 +116,103 @@ def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
         joins = ("rank_anomaly",) if action in ("rank_anomaly", "replay") else ("rank_anomaly", "replay")
         same = (last is not None and last.step == step and last.resumed_from_step is None
                 and last.events[-1].get("action") in joins)
+        joined = last if same else None
         if action == "rank_anomaly":
-            entry = last if same else _new(faults, event, RANK, "rank anomaly", "flagged; run went on")
-            rank = {k: event.get(k) for k in ("rank", "host", "device", "reason")}
-            rows = flagged.get((step, event.get("rank")))
-            if rows:  # the k-th anomaly of a (step, rank) is its k-th flagged row
-                row = rows.pop(0)
-                rank["values"] = {k: row.get(k) for k in METRICS}
-            entry.ranks.append(rank)
-            if same:
-                entry.events.append(event)
-        elif action == "hang":  # the watchdog's (watchdog.hang_event): the ranks that did not arrive, and the stop
-            entry = _new(faults, event, HANG, str(event.get("reason", "hang")), str(event.get("decision", "stopped")))
-            behind = event.get("ranks_behind") or ([event["rank"]] if "rank" in event else [])
-            beats = event.get("heartbeats") or {}
-            for r in behind:
-                beat = beats.get(str(r)) or beats.get(r) or {}
-                entry.ranks.append({"rank": r, "host": beat.get("host", event.get("host")),
-                                    "device": beat.get("device", event.get("device")), "reason": "did not arrive"})
+            entry = _on_rank_anomaly(faults, event, joined, flagged)
+        elif action == "hang":
+            _on_hang(faults, event)
             continue
         elif action == "rollback":
-            entry = last if same else _new(faults, event, DATA, "", "")
-            if same:
-                entry.events.append(event)
+            entry = _on_rollback(faults, event, joined)
             rolled_back[step] = rolled_back.get(step, 0) + 1
-            if not any(e.get("action") == "replay" for e in entry.events):  # a verdict said it already
-                entry.what = (f"{entry.what}; " if same else "") + f"{event.get('rule')}: {event.get('reason')}"
-            entry.resumed_from_step = event.get("resumed_from_step")
-            entry.skipped_batches = list(event.get("skipped_batches") or [])
-            entry.lr_scale = event.get("lr_scale")
-            entry.documents = list(event.get("documents") or [])
-            entry.batch = event.get("batch", entry.batch)
-            entry.action = (f"rolled back to step {entry.resumed_from_step}; LR x{entry.lr_scale}; "
-                            f"batches {_ranges(entry.skipped_batches)} skipped")
-        else:  # an event that classifies itself (the replay's): its own kind, what and decision
-            kind = str(event.get("classification", action))
-            verdict = f"replay: {kind}, {event.get('reason', action)}"
-            if same:
-                entry = last
-                entry.events.append(event)
-                entry.what = f"{entry.what}; {verdict}"
-                entry.action = str(event.get("decision", action))
-            else:
-                trigger = f"{event['trigger']}; " if event.get("trigger") else ""
-                entry = _new(faults, event, kind, trigger + verdict, str(event.get("decision", action)))
-            if kind != DATA:  # the rank a hardware or transient verdict names (data is named by its documents)
-                named = event.get("ranks") or ([{"rank": event["rank"]}] if "rank" in event else [])
-                for r in named:
-                    if all(x.get("rank") != r.get("rank") for x in entry.ranks):
-                        entry.ranks.append({"rank": r.get("rank"), "host": r.get("host", event.get("host")),
-                                            "device": r.get("device", event.get("device")),
-                                            "reason": event.get("reason")})
-            entry.documents = list(event.get("documents") or entry.documents)
+        else:
+            entry = _on_verdict(faults, event, joined)
         if "classification" in event:
             entry.kind = str(event["classification"])
-    for i, f in enumerate(faults):  # a flag whose step a later rollback undid (the step was trained again)
+    _mark_undone(faults)
+    _add_stopping_spikes(faults, metrics, rolled_back)
+    return faults, notes
+
+
+def _on_rank_anomaly(faults: list[Fault], event: dict[str, Any], joined: Fault | None,
+                     flagged: dict[tuple[Any, Any], list[dict[str, Any]]]) -> Fault:
+    """A flagged rank, joining ``joined`` (the open fault at its step) or a new rank fault, with its flagged values."""
+    entry = joined if joined is not None else _new(faults, event, RANK, "rank anomaly", "flagged; run went on")
+    rank = {k: event.get(k) for k in ("rank", "host", "device", "reason")}
+    rows = flagged.get((event.get("step"), event.get("rank")))
+    if rows:  # the k-th anomaly of a (step, rank) is its k-th flagged row
+        row = rows.pop(0)
+        rank["values"] = {k: row.get(k) for k in METRICS}
+    entry.ranks.append(rank)
+    if joined is not None:
+        entry.events.append(event)
+    return entry
+
+
+def _on_hang(faults: list[Fault], event: dict[str, Any]) -> None:
+    """The watchdog's stop (watchdog.hang_event): a fault of its own, with the ranks that did not arrive."""
+    entry = _new(faults, event, HANG, str(event.get("reason", "hang")), str(event.get("decision", "stopped")))
+    behind = event.get("ranks_behind") or ([event["rank"]] if "rank" in event else [])
+    beats = event.get("heartbeats") or {}
+    for r in behind:
+        beat = beats.get(str(r)) or beats.get(r) or {}
+        entry.ranks.append({"rank": r, "host": beat.get("host", event.get("host")),
+                            "device": beat.get("device", event.get("device")), "reason": "did not arrive"})
+
+
+def _on_rollback(faults: list[Fault], event: dict[str, Any], joined: Fault | None) -> Fault:
+    """A rollback, closing ``joined`` (flags or a verdict at its step) or alone a data fault: what it skipped."""
+    entry = joined if joined is not None else _new(faults, event, DATA, "", "")
+    if joined is not None:
+        entry.events.append(event)
+    if not any(e.get("action") == "replay" for e in entry.events):  # a verdict said it already
+        entry.what = (f"{entry.what}; " if joined is not None else "") + f"{event.get('rule')}: {event.get('reason')}"
+    entry.resumed_from_step = event.get("resumed_from_step")
+    entry.skipped_batches = list(event.get("skipped_batches") or [])
+    entry.lr_scale = event.get("lr_scale")
+    entry.documents = list(event.get("documents") or [])
+    entry.batch = event.get("batch", entry.batch)
+    entry.action = (f"rolled back to step {entry.resumed_from_step}; LR x{entry.lr_scale}; "
+                    f"batches {_ranges(entry.skipped_batches)} skipped")
+    return entry
+
+
+def _on_verdict(faults: list[Fault], event: dict[str, Any], joined: Fault | None) -> Fault:
+    """An event that classifies itself (the replay's): its own kind, what and decision, and the rank it names."""
+    action = event.get("action")
+    kind = str(event.get("classification", action))
+    verdict = f"replay: {kind}, {event.get('reason', action)}"
+    if joined is not None:
+        entry = joined
+        entry.events.append(event)
+        entry.what = f"{entry.what}; {verdict}"
+        entry.action = str(event.get("decision", action))
+    else:
+        trigger = f"{event['trigger']}; " if event.get("trigger") else ""
+        entry = _new(faults, event, kind, trigger + verdict, str(event.get("decision", action)))
+    if kind != DATA:  # the rank a hardware or transient verdict names (data is named by its documents)
+        named = event.get("ranks") or ([{"rank": event["rank"]}] if "rank" in event else [])
+        for r in named:
+            if all(x.get("rank") != r.get("rank") for x in entry.ranks):
+                entry.ranks.append({"rank": r.get("rank"), "host": r.get("host", event.get("host")),
+                                    "device": r.get("device", event.get("device")),
+                                    "reason": event.get("reason")})
+    entry.documents = list(event.get("documents") or entry.documents)
+    return entry
+
+
+def _mark_undone(faults: list[Fault]) -> None:
+    """A flag whose step a later rollback undid (the step was trained again) says so in its action."""
+    for i, f in enumerate(faults):
         undo = next((r for r in faults[i + 1:] if r.resumed_from_step is not None
                      and r.resumed_from_step < f.step < r.step), None)
         if f.resumed_from_step is None and undo is not None:
             f.action += f" (step undone by the rollback at step {undo.step})"
-    for row in metrics:  # a spike the trainer did not roll back: the run stopped there (rollbacks exhausted)
+
+
+def _add_stopping_spikes(faults: list[Fault], metrics: list[dict[str, Any]], rolled_back: dict[Any, int]) -> None:
+    """A spike the trainer did not roll back: the run stopped there (rollbacks exhausted). Uses up ``rolled_back``."""
+    for row in metrics:
         if "spike" not in row:
             continue
         if rolled_back.get(row.get("step"), 0) > 0:
@@ -184,7 +221,6 @@ def classify(events: list[dict[str, Any]], ranks: list[dict[str, Any]],
             faults.append(Fault(step=row.get("step", 0), kind=SPIKE, what=str(row["spike"]), batch=row.get("batch"),
                                 action="stopped: no rollback after it (rollbacks exhausted, or the run was killed)",
                                 events=[row]))
-    return faults, notes
 
 
 def _new(faults: list[Fault], event: dict[str, Any], kind: str, what: str, action: str) -> Fault:

@@ -1,12 +1,15 @@
 """The errors that stop a training run as its ranks raise them: one every rank shares (rank 0 says it), and a full disk
-(known by its errno, said in one line naming the folder, exit 74)."""
+(known by its errno, said in one line naming the folder, exit 74); and the one walk of an error's chain that finds
+them (causes, contexts, DCP's per-rank failures)."""
 
 from __future__ import annotations
 
 import errno
 import os
 import shutil
+import sys
 from pathlib import Path
+from typing import Any
 
 from tokenmill.errors import TokenmillError
 
@@ -32,19 +35,27 @@ class DiskFullError(EveryRankError):
         self.every_rank = every_rank  # False: met by this rank alone, so this rank says it
 
 
-def full_errno(e: BaseException, more: tuple[BaseException, ...] = ()) -> int | None:
-    """``ENOSPC`` or ``EDQUOT`` if ``e`` (or an error it was raised from, or one of ``more``) says the disk is full."""
-    seen: list[BaseException] = []
-    todo: list[BaseException | None] = [e, *more]
+def error_chain(e: BaseException) -> list[BaseException]:
+    """``e`` and every error it carries, each once: causes, contexts, and the per-rank failures of DCP's
+    ``CheckpointException`` (which a save or load raises on every rank, holding what each rank raised)."""
+    # Looked up, not imported: this module stays free of torch, and without its module no such error exists.
+    dcp_api = sys.modules.get("torch.distributed.checkpoint.api")
+    found: list[BaseException] = []
+    todo: list[Any] = [e]
     while todo:
         err = todo.pop()
-        if err is None or any(err is s for s in seen):
+        if not isinstance(err, BaseException) or any(err is f for f in found):
             continue
-        seen.append(err)
-        if isinstance(err, OSError) and err.errno in FULL_ERRNOS:
-            return err.errno
+        found.append(err)
         todo += [err.__cause__, err.__context__]
-    return None
+        if dcp_api is not None and isinstance(err, dcp_api.CheckpointException):
+            todo += [f[0] if isinstance(f, tuple) else f for f in (err.failures or {}).values()]
+    return found
+
+
+def full_errno(e: BaseException) -> int | None:
+    """``ENOSPC`` or ``EDQUOT`` if ``e``, or an error in its chain (:func:`error_chain`), says the disk is full."""
+    return next((err.errno for err in error_chain(e) if isinstance(err, OSError) and err.errno in FULL_ERRNOS), None)
 
 
 def free_bytes(folder: Path) -> int | None:

@@ -50,7 +50,8 @@ import torch
 from pydantic import Field, ValidationError, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.config_base import StrictModel
+from tokenmill.train.fingerprints import ReduceScatterTap
 
 ENV = "TOKENMILL_TRAIN_FAULTS"
 
@@ -172,6 +173,17 @@ class TrainFaults:
         if ("grad", step) not in self._fired:
             self._fired.add(("grad", step))
             self._log({"fault": "grad", "step": step, "kind": spec.kind, "factor": spec.factor, "mode": spec.mode})
+
+    def arm(self, step: int, tap: ReduceScatterTap | None) -> None:
+        """The grad fault for this pass of ``step``: a reduce-scatter that corrupts this rank's gradient, or none
+        (``once`` has fired in the original pass, so a replay runs clean; ``always`` fires in every pass)."""
+        if tap is not None:
+            tap.corrupt = (lambda grads: self.corrupt(step, grads)) if self.grad_due(step) else None
+
+    def corrupt_untapped(self, step: int, tap: ReduceScatterTap | None, params: list[torch.nn.Parameter]) -> None:
+        """The grad fault where no reduce-scatter tap carries it (one rank): every ``.grad`` after the backward."""
+        if tap is None and self.grad_due(step):
+            self.corrupt(step, [p.grad for p in params if p.grad is not None])
 
     def replay_due(self, step: int) -> bool:
         """Whether to replay ``step`` though it is healthy (the ``replay`` probe), the first time this process runs it."""

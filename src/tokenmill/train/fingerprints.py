@@ -23,7 +23,7 @@ Every step each rank measures, before the optimizer applies anything:
 The values go to every rank in one ``all_gather`` of a small float64 tensor per step (every rank then reaches the
 same verdict, which the replay of next session needs) and rank 0 appends them to ``ranks.jsonl``, one row per rank
 per step. ``find_anomalies`` flags a rank at once when a value is non-finite or far outside the others' spread; the
-trainer records it (``Trainer._rank_anomaly``, where the replay and its classification will go).
+step records it (``step._record_anomalies``), and with replay on the step is re-run and classified (``replay_step.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from pydantic import Field
 
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.config_base import StrictModel
 
 #: The per-step values checked for anomalies, in the order of the gathered tensor (the checksum follows).
 METRICS = ("loss", "grad_norm_local", "grad_norm_shard")

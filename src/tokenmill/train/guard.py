@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.config_base import StrictModel
 from tokenmill.train.errors import EveryRankError
 
 STATE_VERSION = 1

@@ -18,8 +18,8 @@ loss) with a tolerance. Here every rank's local loss and local gradient norm are
 inside the job: the batch and the rank are told apart within the step, without a restart. With one rank
 there is no other rank to move a batch to: a fault that reproduces is treated as data (what the run did before).
 
-This module holds the config, the pure bookkeeping and the one exchange of micro-batches; ``Trainer`` runs the
-passes (``Trainer._replay_pass``) and acts.
+This module holds the config, the pure bookkeeping and the one exchange of micro-batches; ``replay_step.py`` runs
+the passes on the built run and acts.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from pydantic import Field
 
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.config_base import StrictModel
 from tokenmill.train.errors import EveryRankError
 from tokenmill.train.atomic import write_atomic
 from tokenmill.train.fingerprints import gather_table

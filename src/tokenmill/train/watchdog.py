@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.config_base import StrictModel
 from tokenmill.train.atomic import write_atomic
 from tokenmill.train.errors import full_errno
 

@@ -19,7 +19,7 @@ from tests.stages.clean.test_classifiers import ONLY_CLASSIFIERS, _run_config, _
 from tokenmill.errors import ConfigError, StageFailed
 from tokenmill.pipeline import faults
 from tokenmill.pipeline.config import load_config, parse_config
-from tokenmill.stages.clean.score_cut import coarse_counts, cut_bin, cut_value, fine_counts, keep_count, merged
+from tokenmill.text.score_cut import coarse_counts, cut_bin, cut_value, fine_counts, keep_count, merged
 from tokenmill.stages.clean.top_fraction import ScoreShards
 
 

@@ -16,11 +16,12 @@ import yaml
 
 from tests.stages.clean.classifier_model import PROSE_TEXT, WEB_TEXT, train_tiny
 from tokenmill.errors import ConfigError
-from tokenmill.pipeline.config import SourceConfig, parse_config
+from tokenmill.pipeline.config import parse_config
+from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
-from tokenmill.readers import READERS
+from tokenmill.sources.formats import READERS
 from tokenmill.stages.clean.config import CleanConfig, CleanOverride
-from tokenmill.stages.clean.score_histogram import BINS, bin_counts, quantile
+from tokenmill.text.score_histogram import BINS, bin_counts, quantile
 from tokenmill.stages.clean.stage import CleanStage
 
 QUALITY_OFF = {"gopher_quality": None, "gopher_repetition": None, "c4": None, "cjk": None}
@@ -212,6 +213,59 @@ def test_the_models_bytes_not_its_path_are_in_the_identity(trained, tmp_path):
     other.write_bytes(other.read_bytes()[:-4] + struct.pack("<f", 0.25))  # another last weight: still a whole model
     assert _stage(tmp_path / "two", config).identity() != a
     assert _stage(tmp_path / "one", {"classifiers": [_hq(0.7)]}).identity() != a  # the threshold too
+
+
+def test_a_worker_takes_the_drivers_check_and_refuses_a_model_changed_since(trained, tmp_path, monkeypatch):
+    """Every worker repeated the full model check (a pass over every weight) that validation had made on the driver.
+    Now the driver's check leaves a marker, and a worker (the stage as Ray ships it: pickled after `identity`
+    recorded the model's sha256) reads the header, dictionary and size only; it refuses a file changed since the
+    identity was recorded, and checks the same bytes at another inode (another node's copy) in full, once."""
+    import os
+    import pickle
+
+    from tokenmill.fasttext import binding
+
+    root, _ = trained
+    shutil.copytree(root / "model", tmp_path / "model")
+    model = tmp_path / "model" / "model.bin"
+    monkeypatch.setenv("TOKENMILL_VERIFIED_CACHE", str(tmp_path / "markers"))
+    weights_read: list[bool] = []  # per file check: whether it read every weight
+    check = binding.read_model_file
+
+    def spy(path, *args, **kwargs):
+        weights_read.append(kwargs.get("weights", args[0] if args else True))
+        return check(path, *args, **kwargs)
+
+    monkeypatch.setattr(binding, "read_model_file", spy)
+    parse_config(_run_config(tmp_path, {"classifiers": [_hq()]}), tmp_path)  # validation, on the driver
+    assert weights_read == [True]
+    run = RunContext(seed=0, sources={"a": SourceConfig(name="a", format="jsonl", paths=["x"], language="en")},
+                     base_dir=str(tmp_path))
+    driver = CleanStage(CleanConfig.model_validate({**ONLY_CLASSIFIERS, "classifiers": [_hq()]}), run)
+    driver.identity()
+    shipped = pickle.dumps(driver)
+
+    def worker() -> CleanStage:
+        weights_read.clear()
+        stage = pickle.loads(shipped)  # noqa: S301 - the stage this test pickled, as Ray ships it
+        stage.setup({})
+        return stage
+
+    scores = worker().process(_table([("a", PROSE_TEXT, "a"), ("b", WEB_TEXT, "a")]), {}).table.column("hq_score")
+    assert weights_read == [False] and scores.null_count == 0
+    original = model.read_bytes()
+    copy = tmp_path / "copy.bin"
+    copy.write_bytes(original)
+    os.replace(copy, model)  # the same bytes at another inode: checked in full by the first worker only
+    worker()
+    assert weights_read == [True]
+    worker()
+    assert weights_read == [False]
+    model.write_bytes(original[:-4] + struct.pack("<f", 0.25))  # another whole model, retrained in place say
+    with pytest.raises(ConfigError, match=rf"{model} changed since this run checked it: its sha256 is .*, the run "
+                                          rf"started with"):
+        worker()
+    assert weights_read == []  # refused by its sha256, before any check or fastText read it
 
 
 def test_a_config_without_classifiers_dumps_and_declares_as_before(tmp_path):

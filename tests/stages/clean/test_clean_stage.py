@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.stage import CleanStage

@@ -12,11 +12,11 @@ import pytest
 
 from tests.conftest import REPO
 from tests.stages.clean.test_clean_stage import run, run_context
-from tokenmill.stages.clean.code_blocks import indentation
-from tokenmill.stages.clean.layout_check import code_layout_errors
+from tokenmill.text.code_blocks import indentation
+from tokenmill.text.layout_check import code_layout_errors
 from tokenmill.stages.clean.config import CleanConfig
-from tokenmill.stages.clean.escapes import content_kind
-from tokenmill.stages.clean.normalize import whitespace_layout
+from tokenmill.text.escapes import content_kind
+from tokenmill.text.normalize import whitespace_layout
 from tokenmill.stages.clean.stage import CleanStage
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -181,9 +181,9 @@ MINGPT_BPE = REPO / "tests" / "data" / "code" / "mingpt_bpe.py.txt"  # karpathy/
 def _clean_code(text: str) -> tuple[str | None, str, list[str]]:
     """The clean stage's per-document steps that edit text (escapes, normalization, PII), default config: the drop
     reason, the text and the `clean_steps` entries."""
-    from tokenmill.stages.clean.escapes import apply_policy
-    from tokenmill.stages.clean.normalize import normalize
-    from tokenmill.stages.clean.pii import replace_pii
+    from tokenmill.text.escapes import apply_policy
+    from tokenmill.text.normalize import normalize
+    from tokenmill.text.pii import replace_pii
 
     config = CleanConfig()
     outcome = apply_policy(text, config.escapes)
@@ -196,7 +196,7 @@ def _clean_code(text: str) -> tuple[str | None, str, list[str]]:
 
 def _documented_and_pii(text: str) -> str:
     """`documented_only`, then PII replaced (code's e-mail addresses too: `__author__ = "ann@example.org"`)."""
-    from tokenmill.stages.clean.pii import PiiConfig, replace_pii
+    from tokenmill.text.pii import PiiConfig, replace_pii
 
     return replace_pii(documented_only(text), PiiConfig())[0]
 
@@ -242,7 +242,7 @@ def test_code_keeps_unicode_spaces_zero_width_and_controls_inside_lines(mode):
     math2html.py TeX's `\\qquad` as two em quads (`'\\u2001\\u2001'`): code keeps them, and zero-width, control and
     U+2028 characters, while Unicode spaces that indent a line, end one or sit in a run with a space are layout,
     spaces one for one."""
-    from tokenmill.stages.clean.normalize import NormalizeConfig, normalize_with_layout
+    from tokenmill.text.normalize import NormalizeConfig, normalize_with_layout
 
     code = ("\ufeffimport re\n\nQUOTES = {'fr': ('«\u00a0', '\u00a0»'), 'qquad': '\u2001\u2001'}\n"
             "SEPARATORS = ['\u2028', '\u200b', '\x1b[0m']\n\n\ndef split(text):\n\u00a0\u00a0\u00a0\u00a0"

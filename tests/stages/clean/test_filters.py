@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
 from tokenmill.stages.clean.chain import Chain
 from tokenmill.stages.clean.config import CleanConfig, CleanOverride

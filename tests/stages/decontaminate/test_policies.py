@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tokenmill.pipeline.commit import TaskWriter
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext, Task, TaskContext
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.decontaminate.ngrams import build_index

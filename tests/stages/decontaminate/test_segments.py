@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.pipeline.config import SourceConfig
+from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.decontaminate.evalsets import EvalSetConfig, load_evalset
@@ -177,7 +177,8 @@ def test_the_report_counts_segments(shared_data, tmp_path, capsys):
     assert entry["segments"] == {"total": 27, "ngram": 2, "whole": 4, "too_short": 21, "no_text": 0}
     assert entry["segmented_fields"] == 3 and built["summary"]["coverage"]["csqa"]["segments"] == entry["segments"]
     (tmp_path / "decontaminate").mkdir()
-    (tmp_path / "decontaminate" / "manifest.json").write_text(json.dumps({"content": {"report": report}}))
+    manifest = {"content": {"report": report, "shards": []}, "run_info": {}}  # read as any manifest is
+    (tmp_path / "decontaminate" / "manifest.json").write_text(json.dumps(manifest))
     assert main(["report", "contamination", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.strip("│ ").startswith("csqa"))

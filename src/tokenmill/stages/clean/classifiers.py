@@ -3,7 +3,7 @@
 A classifier is a fastText model (`tokenmill quality train`'s `model.bin`, or any `.bin` a user brings, such as
 DCLM's) scoring the probability of one label; its score is kept as a column and a keep rule drops the documents
 below a threshold, given or computed from the whole input (`top_fraction`: `top_fraction.py`). Models load by path
-only, nothing is downloaded, and only once the file, its labels and a self-test pass (`classifier/fasttext_model.py`):
+only, nothing is downloaded, and only once the file, its labels and a self-test pass (`fasttext/binding.py`):
 a copy cut short would otherwise score every text near one value. The text is prepared as the model's sidecar says
 (`classifier/sidecar.py`), else with `PrepareOptions`' defaults.
 """
@@ -19,7 +19,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from tokenmill.classifier.config import check_label
 from tokenmill.digest import file_sha256
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.config_base import StrictModel
 from tokenmill.pipeline.contract import config_paths
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,8 @@ class KeepRule(StrictModel):
     top_fraction: Optional[float] = Field(default=None, gt=0, le=1)
     """Keep the best-scoring fraction of this rule's pool, in (0, 1]: the documents of the whole stage input that
     resolve to this entry and that the filters before the classifiers kept. A `score` phase before the map finds the
-    cut (the score of the ceil(F x N)-th best document, ties with it kept, `score_cut.py`), which the map applies as
-    a threshold."""
+    cut (the score of the ceil(F x N)-th best document, ties with it kept, `text/score_cut.py`), which the map
+    applies as a threshold."""
 
     @model_validator(mode="after")
     def _one_rule(self) -> "KeepRule":
@@ -131,13 +131,13 @@ class Classifier:
 
 
 def load(path: str, sha256: str | None = None) -> Classifier:
-    """The model at `path`, checked, and its preparation (`classifier/sidecar.py`); raises ConfigError naming the
-    file."""
-    from tokenmill.classifier.fasttext_model import load_model
+    """The model at `path`, checked (with `sha256`: holding those bytes, `fasttext.binding.check_file`), and its
+    preparation (`classifier/sidecar.py`); raises ConfigError naming the file."""
     from tokenmill.classifier.sidecar import preparation
+    from tokenmill.fasttext.binding import load_model
 
     options, _ = preparation(path, sha256)
-    return Classifier(load_model(path), options)
+    return Classifier(load_model(path, sha256), options)
 
 
 def load_preparation(path: str) -> Any:

@@ -7,13 +7,13 @@ from typing import Optional
 
 from pydantic import model_validator
 
-from tokenmill.pipeline.config_base import StageConfig, StrictModel
+from tokenmill.config_base import StageConfig, StrictModel
 from tokenmill.stages.clean.classifiers import Classifiers, disagreement
-from tokenmill.stages.clean.escapes import EscapePolicy
-from tokenmill.stages.clean.langid import LangidConfig
-from tokenmill.stages.clean.normalize import NormalizeConfig
-from tokenmill.stages.clean.pii import PiiConfig
-from tokenmill.stages.clean.quality import QualityConfig
+from tokenmill.text.escapes import EscapePolicy
+from tokenmill.text.langid import LangidConfig
+from tokenmill.text.normalize import NormalizeConfig
+from tokenmill.text.pii import PiiConfig
+from tokenmill.text.quality import QualityConfig
 
 
 class CleanOverride(StrictModel):

@@ -13,17 +13,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from tokenmill.pipeline.documents import canonical_json
+from tokenmill.documents import canonical_json
 from tokenmill.stages.clean.classifiers import Classifier, ClassifierConfig, configured, load
-from tokenmill.stages.clean.escapes import ESCAPE_DROP_REASONS, EscapePolicy, apply_policy
 from tokenmill.stages.clean.filter import Batch, Filter
-from tokenmill.stages.clean.langid import LangidConfig, identify, mismatch
-from tokenmill.stages.clean.normalize import NormalizeConfig, normalize_document
-from tokenmill.stages.clean.pii import PiiConfig, blocked, load_blocklist, replace_pii
-from tokenmill.stages.clean.quality import FAMILY_REASONS, QUALITY_SCORE_COLUMNS, QualityConfig, family_reasons
-from tokenmill.stages.clean.quality import quality_scores
-from tokenmill.stages.clean.score_histogram import BINNING, QUANTILES, histogram_rows, quantile
 from tokenmill.stages.clean.stats import WORST_EXAMPLES
+from tokenmill.text.escapes import ESCAPE_DROP_REASONS, EscapePolicy, apply_policy
+from tokenmill.text.langid import LangidConfig, identify, mismatch
+from tokenmill.text.normalize import NormalizeConfig, normalize_document
+from tokenmill.text.pii import PiiConfig, blocked, load_blocklist, replace_pii
+from tokenmill.text.quality import FAMILY_REASONS, QUALITY_SCORE_COLUMNS, QualityConfig, family_reasons
+from tokenmill.text.quality import quality_scores
+from tokenmill.text.score_histogram import BINNING, QUANTILES, histogram_rows, quantile
 
 
 class EscapeFilter(Filter):
@@ -270,7 +270,9 @@ class ClassifierFilter(Filter):
     def setup(self, paths: Mapping[str, str | None]) -> None:
         for model, key in self.keys.items():
             if paths.get(key) is not None:  # the stage gives every model's file; else loaded by its path on first use
-                self.loaded[model] = load(paths[key])
+                # With the sha256 the stage's identity recorded on the driver, after the driver's full check: the
+                # worker refuses other bytes, and reads every weight again only if this node has not checked them.
+                self.loaded[model] = load(paths[key], paths.get(f"{key}.sha256"))
 
     def start(self, batch: Batch) -> None:
         for column in self.adds:

@@ -73,7 +73,9 @@ class CleanStage(MapStage):
         return [top_fraction.ScoreShards(), MapShards()] if self.ranked else [MapShards()]
 
     def setup(self, shared: Mapping[str, Any]) -> None:
-        self.chain.setup({"blocklist": self.blocklist_path, **self.model_files})
+        # Each model's sha256 as `identity` recorded it on the driver: a worker scores with those bytes or stops.
+        digests = {f"{key}.sha256": self._digests.get(path) for key, path in self.model_files.items()}
+        self.chain.setup({"blocklist": self.blocklist_path, **self.model_files, **digests})
 
     def setting(self, name: str, source: str, subset: str | None):
         """A filter's settings (a `CleanConfig` field such as `escapes` or `quality`) for a document: the most specific

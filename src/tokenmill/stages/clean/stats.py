@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from tokenmill.pipeline.stats import NO_SUBSET
+from tokenmill.documents import NO_SUBSET
 
 WORST_EXAMPLES = 20
 """Leaking documents named in the manifest's leak report, worst first."""
@@ -58,11 +58,11 @@ class CleanStats:
     def classified(self, name: str, sources: Sequence[str], scores, below, dropped, threshold: float) -> None:
         """One classifier's scores of some documents (numpy arrays, one value per document of `sources`): per source,
         documents scored, below the threshold, dropped (below it and still kept), the threshold applied (documents
-        per threshold) and the score histogram (`score_histogram.py`). The section exists only when a classifier
+        per threshold) and the score histogram (`text/score_histogram.py`). The section exists only when a classifier
         ran, so a config without one writes the stats it always wrote."""
         import numpy as np
 
-        from tokenmill.stages.clean.score_histogram import bin_counts
+        from tokenmill.text.score_histogram import bin_counts
 
         per_name = self.data.setdefault("classifiers", {}).setdefault(name, {})
         at = np.asarray(sources, dtype=object)

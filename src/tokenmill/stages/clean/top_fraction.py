@@ -5,7 +5,7 @@ A rule is one classifier entry of the config (`classifiers[0]`, `overrides[1].cl
 source and subset resolve to it form its pool, the documents the filters before the classifiers kept (whatever the
 other classifiers drop, so that several rules need one phase, not one each). Each `score` task runs the chain over
 its shard as the map will, keeps the pool's scores in `_work/scores/<shard>.parquet` and returns their coarse counts
-(`score_cut.py`); `reduce` adds the counts, finds each rule's cut bin, reads the scores of that bin back from the
+(`text/score_cut.py`); `reduce` adds the counts, finds each rule's cut bin, reads the scores of that bin back from the
 files of the shards that have any, and gives every rule its exact cut. Tasks commit one by one and `reduce` reads
 only committed records and files, so a run killed inside or between the phases and rerun gives the same cuts.
 """
@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.contract import Phase, PlanContext, Task, TaskContext
-from tokenmill.pipeline.documents import parquet_bytes, read_shard
+from tokenmill.documents import parquet_bytes, read_shard
 from tokenmill.pipeline.map_phase import shard_tasks
 from tokenmill.stages.clean.classifiers import ranked_rules
-from tokenmill.stages.clean.score_cut import (coarse_counts, cut_bin, cut_value, fine_counts, keep_count, merged,
+from tokenmill.text.score_cut import (coarse_counts, cut_bin, cut_value, fine_counts, keep_count, merged,
                                               FINE_BINS)
 
 PHASE = "score"

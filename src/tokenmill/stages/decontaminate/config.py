@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.config_base import StageConfig
 from tokenmill.stages.decontaminate.evalsets import EvalSetConfig
 
 

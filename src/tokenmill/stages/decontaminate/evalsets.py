@@ -48,7 +48,7 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from tokenmill.pipeline.config_base import StrictModel
+from tokenmill.config_base import StrictModel
 from tokenmill.readers.compression import open_binary
 
 PRESETS: tuple[str, ...] = ("gsm8k", "hellaswag", "hellaswag_text", "humaneval", "lambada", "piqa", "winogrande",

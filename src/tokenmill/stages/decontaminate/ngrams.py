@@ -326,28 +326,8 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
     multiple-choice prompt held in one field is indexed as its segments (`segments.split_field`: the stem and each
     choice, named `<field>:stem`, `<field>:A`...), each as a field of its own; the set's n comes from segments.
     """
-    if (word_n is not None and word_n < 1) or (char_n is not None and char_n < 1) or min_n < 1:
-        raise ValueError("word_n, char_n and min_n must be >= 1")
-    if min_n > max_n:
-        raise ValueError(f"min_n ({min_n}) must be <= max_n ({max_n})")
-    # First pass: every segment's token hashes (8 bytes a token), grouped by set, to know each set's lengths. A
-    # field is one segment, or (a multiple-choice prompt) its stem and each choice, named `field:stem`, `field:A`...
-    per_set: dict[str, list[tuple[str, str, np.ndarray, int, int]]] = {}  # item, name, units, size, field number
-    set_chars: dict[str, bool] = {}
-    set_fields: dict[str, int] = {}
-    segmented: dict[str, int] = {}
-    for set_name, item_id, field_name, text, language in fields:
-        chars = uses_chars(language)
-        if set_chars.setdefault(set_name, chars) != chars:
-            raise ValueError(f"evaluation set {set_name!r} mixes word and character languages")
-        number = set_fields[set_name] = set_fields.get(set_name, 0) + 1
-        parts = split_field(text)
-        segmented[set_name] = segmented.get(set_name, 0) + (len(parts) > 1)
-        for label, segment in parts:
-            tokens, _ = tokenize(segment, language)
-            size = len(("" if chars else " ").join(tokens).encode("utf-8", "surrogatepass"))
-            name = field_name if label == WHOLE_FIELD else f"{field_name}:{label}"
-            per_set.setdefault(set_name, []).append((item_id, name, token_hashes(tokens), size, number))
+    _check_lengths(word_n, char_n, min_n, max_n)
+    per_set, set_chars, segmented = _segments_by_set(fields)
 
     set_ids: dict[str, int] = {}
     item_ids: dict[str, int] = {}
@@ -432,15 +412,55 @@ def build_index(fields: Iterable[tuple[str, str, str, str, str]], *, word_n: int
                     entry_set=np.ascontiguousarray(keys[:, 0]), entry_item=np.ascontiguousarray(keys[:, 1]),
                     entry_field=np.ascontiguousarray(keys[:, 2]), entry_rule=np.array(entry_rules, dtype=np.int8),
                     set_names=list(set_ids), item_ids=list(item_ids), field_names=list(field_ids))
+    anchors = _anchors(lengths, ngram_fields)
+    return EvalIndex(hashes=all_h[starts], owners=owners, anchors=anchors,
+                     word_lengths={k: tuple(sorted(v)) for k, v in lengths[False].items()},
+                     char_lengths={k: tuple(sorted(v)) for k, v in lengths[True].items()}, coverage=coverage)
+
+
+def _check_lengths(word_n: int | None, char_n: int | None, min_n: int, max_n: int) -> None:
+    if (word_n is not None and word_n < 1) or (char_n is not None and char_n < 1) or min_n < 1:
+        raise ValueError("word_n, char_n and min_n must be >= 1")
+    if min_n > max_n:
+        raise ValueError(f"min_n ({min_n}) must be <= max_n ({max_n})")
+
+
+def _segments_by_set(fields: Iterable[tuple[str, str, str, str, str]]) -> tuple[
+        dict[str, list[tuple[str, str, np.ndarray, int, int]]], dict[str, bool], dict[str, int]]:
+    """build_index's first pass: every segment's token hashes (8 bytes a token), grouped by set, to know each set's
+    lengths; and per set, whether it is in characters and how many of its fields were split into segments.
+
+    A field is one segment, or (a multiple-choice prompt) its stem and each choice, named `field:stem`, `field:A`...
+    """
+    per_set: dict[str, list[tuple[str, str, np.ndarray, int, int]]] = {}  # item, name, units, size, field number
+    set_chars: dict[str, bool] = {}
+    set_fields: dict[str, int] = {}
+    segmented: dict[str, int] = {}
+    for set_name, item_id, field_name, text, language in fields:
+        chars = uses_chars(language)
+        if set_chars.setdefault(set_name, chars) != chars:
+            raise ValueError(f"evaluation set {set_name!r} mixes word and character languages")
+        number = set_fields[set_name] = set_fields.get(set_name, 0) + 1
+        parts = split_field(text)
+        segmented[set_name] = segmented.get(set_name, 0) + (len(parts) > 1)
+        for label, segment in parts:
+            tokens, _ = tokenize(segment, language)
+            size = len(("" if chars else " ").join(tokens).encode("utf-8", "surrogatepass"))
+            name = field_name if label == WHOLE_FIELD else f"{field_name}:{label}"
+            per_set.setdefault(set_name, []).append((item_id, name, token_hashes(tokens), size, number))
+    return per_set, set_chars, segmented
+
+
+def _anchors(lengths: dict[bool, dict[str, set[int]]], ngram_fields: dict[bool, list[tuple[np.ndarray, int]]]
+             ) -> dict[str, tuple[int, Bloom]]:
+    """Per unit with several n, the shortest n and a Bloom filter of every n-gram field's windows of that length."""
     anchors = {}
     for chars, kind in ((False, "words"), (True, "characters")):
         if len(lengths[chars]["ngram"]) > 1:
             a = min(lengths[chars]["ngram"])
             anchors[kind] = (a, Bloom(np.concatenate([_window_hashes(units, a)[:len(units) - n + 1]
                                                       for units, n in ngram_fields[chars]])))
-    return EvalIndex(hashes=all_h[starts], owners=owners, anchors=anchors,
-                     word_lengths={k: tuple(sorted(v)) for k, v in lengths[False].items()},
-                     char_lengths={k: tuple(sorted(v)) for k, v in lengths[True].items()}, coverage=coverage)
+    return anchors
 
 
 @dataclass

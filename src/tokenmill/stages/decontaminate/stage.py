@@ -13,12 +13,13 @@ from typing import Any, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.pipeline.stats import NO_SUBSET, text_bytes
+from tokenmill.documents import NO_SUBSET
+from tokenmill.pipeline.stats import text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
-from tokenmill.pipeline.documents import parquet_bytes, read_shard
-from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
-from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
+from tokenmill.documents import parquet_bytes, read_shard
+from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, Stage, Task, TaskContext
+from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
 from tokenmill.stages.decontaminate.evalsets import load_evalset
 from tokenmill.stages.decontaminate.excise import excise
@@ -111,18 +112,13 @@ class CountNgrams(Phase):
                 "common": [{"documents": n, "text": t} for n, t in common]}
 
 
-class Decontaminate(Phase):
+class Decontaminate(ShardMap):
     """Per shard: excise (or drop) the matches that are not common phrases; every hit to `_work/hits/`."""
 
     name = "excise"
-    writes_shards = True
 
-    def plan(self, stage: "DecontaminateStage", ctx: PlanContext) -> list[Task]:
-        return shard_tasks(ctx)
-
-    def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> ShardsResult:
+    def map_shard(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         cfg: DecontaminateConfig = stage.config
-        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
         filled = with_fallbacks(table, stage)
         index: EvalIndex = ctx.shared["index"]["index"]
         ignore = ctx.shared["count"]["ignore"]
@@ -162,10 +158,7 @@ class Decontaminate(Phase):
                                  "documents_with_hits": sum(1 for r, t0, t1 in zip(reasons, texts, out_texts)
                                                             if r is not None or t0 != t1)}
         # Excision shortens texts: the manifest's bytes_in must be what came in, so the cut bytes stay in the lineage.
-        entry = split_and_write(stage, ctx, task.key, task.params["source"], out, pa.array(reasons, pa.string()), stats,
-                                bytes_in=text_bytes(table))
-        entry["input"] = task.inputs[0]
-        return ShardsResult([entry])
+        return ShardOutput(out, pa.array(reasons, pa.string()), stats, bytes_in=text_bytes(table))
 
 
 class JoinHits(Phase):

@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from tokenmill.pipeline.config_base import StageConfig
+from tokenmill.config_base import StageConfig
 
 
 class DedupConfig(StageConfig):

@@ -17,41 +17,32 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tokenmill.dedup.candidates import candidate_pairs, exact_pairs
-from tokenmill.dedup.clusters import components, greedy_drops, over_cap_groups, ranked
-from tokenmill.dedup.leaders import cluster_bucket
+from tokenmill.dedup.bands import band_tables, bucket_pairs
+from tokenmill.dedup.clusters import over_cap_groups, ranked
+from tokenmill.dedup.components import EDGES_PER_BATCH, component_batches, component_index, in_batch, \
+    split_by_batch, unique_edge_rows
+from tokenmill.dedup.decisions import Decisions, decide, rank
+from tokenmill.dedup.leaders import cluster_groups
 from tokenmill.dedup.lsh import band_keys, choose_bands
 from tokenmill.dedup.minhash import MinHasher
+from tokenmill.dedup.refs import doc_ref, route, rows_by_shard
 from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
-from tokenmill.dedup.verify import verify
+from tokenmill.dedup.verify import unique_edges, unique_pairs, verify
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
-from tokenmill.pipeline.documents import parquet_bytes, read_rows, read_shard
-from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
-from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
+from tokenmill.documents import parquet_bytes, read_rows
+from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
+from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name
 from tokenmill.stages.dedup.config import DedupConfig
 
-EXACT_BAND = 0xFFFF  # the band number exact hashes travel under
-
 log = logging.getLogger(__name__)
-
-
-def _doc_ref(shard_index: int, rows: np.ndarray) -> np.ndarray:
-    return (np.uint64(shard_index) << np.uint64(32)) | rows.astype(np.uint64)
-
-
-def _route(anchor: np.ndarray, partitions: int) -> np.ndarray:
-    """The verify task of each anchor document (the smallest document of a bucket or a group): a mixed hash, so
-    that references (shard << 32 | row) spread evenly; one function for pairs and groups, so that a cluster split
-    into buckets within and over the cap goes to one task."""
-    return ((anchor.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) % np.uint64(partitions)
 
 
 def _read_all(ctx: TaskContext, folder: str, columns=None) -> pa.Table | None:
@@ -72,15 +63,6 @@ def _read_columns(ctx: TaskContext, path: str, columns: list[str]) -> pa.Table:
         pf = pq.ParquetFile(f)
         names = set(pf.schema_arrow.names)
         return pf.read(columns=[c for c in columns if c in names]).replace_schema_metadata(None)
-
-
-def _rows_by_shard(docs: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """Split sorted unique document references by shard: (shard index, references, rows within the shard)."""
-    docs = np.unique(docs.astype(np.uint64, copy=False))
-    shard = (docs >> np.uint64(32)).astype(np.int64)
-    cuts = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if docs.size else np.zeros(0, np.int64)
-    return [(int(shard[a]), part, (part & np.uint64(0xFFFFFFFF)).astype(np.int64))
-            for a, part in zip(cuts.tolist(), np.split(docs, cuts[1:]))]
 
 
 def _band_bytes(table: pa.Table) -> bytes:
@@ -107,7 +89,7 @@ class Signatures(Phase):
         table = _read_columns(ctx, storage.join(ctx.input_dir, task.inputs[0]), ["text", "source", "lang"])
         cfg: DedupConfig = stage.config
         texts = table.column("text").to_pylist()
-        docs = _doc_ref(task.params["index"], np.arange(len(texts)))
+        docs = doc_ref(task.params["index"], np.arange(len(texts)))
         shingles = shingle_hashes_many(texts, _langs(stage, table), word_ngram=cfg.word_ngram,
                                        char_ngram=cfg.char_ngram)
         hashes = [exact_hash(t) for t in texts]
@@ -119,22 +101,8 @@ class Signatures(Phase):
         ctx.write(f"_work/docs/{task.key}.parquet", parquet_bytes(pa.table({
             "length": pc.utf8_length(table.column("text")).cast(pa.int64()),
         })))
-        band = np.repeat(np.arange(stage.bands, dtype=np.uint16)[None, :], len(texts), axis=0).ravel()
-        doc_per_band = np.repeat(docs, stage.bands)
-        flat = keys.ravel()
-        # The 128-bit exact hash travels as two uint64: its first 8 bytes are the key, the last 8 `exact`.
-        halves = np.frombuffer(b"".join(hashes), dtype="<u8").reshape(-1, 2).astype(np.uint64)
-        exact_key, exact_rest = halves[:, 0], halves[:, 1]
-        for p in range(stage.config.partitions):
-            mask = (flat % np.uint64(stage.config.partitions)) == p
-            emask = (exact_key % np.uint64(stage.config.partitions)) == p
-            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", _band_bytes(pa.table({
-                "band": pa.array(np.concatenate([band[mask], np.full(emask.sum(), EXACT_BAND, np.uint16)]), pa.uint16()),
-                "key": pa.array(np.concatenate([flat[mask], exact_key[emask]]), pa.uint64()),
-                "doc": pa.array(np.concatenate([doc_per_band[mask], docs[emask]]), pa.uint64()),
-                "exact": pa.array(np.concatenate([np.zeros(int(mask.sum()), np.uint64), exact_rest[emask]]), pa.uint64(),
-                                  mask=np.r_[np.ones(int(mask.sum()), bool), np.zeros(int(emask.sum()), bool)]),
-            })))
+        for p, rows in enumerate(band_tables(keys, docs, hashes, stage.bands, cfg.partitions)):
+            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", _band_bytes(rows))
         return {"docs": len(texts)}
 
 
@@ -144,16 +112,6 @@ def _sum_counts(results: Mapping[str, Any]) -> dict[str, int]:
     for key in sorted(results):
         total.update(results[key])
     return {k: int(total[k]) for k in sorted(total)}
-
-
-def _exact_digests(key: np.ndarray, exact: pa.ChunkedArray) -> np.ndarray:
-    """The 16-byte exact hashes (``S16``) of the exact rows of a band file from their key (first 8 bytes) and
-    `exact` (last 8). A file written before the hash was split carries the whole digest in `exact` (binary): a run
-    begun by that code and resumed by this one reads it as it is."""
-    if pa.types.is_fixed_size_binary(exact.type) or pa.types.is_binary(exact.type):
-        return np.array(exact.to_pylist(), dtype="S16")
-    rest = exact.to_numpy().astype(np.uint64, copy=False)
-    return np.stack([key.astype(np.uint64, copy=False), rest], axis=1).astype("<u8").view("S16").ravel()
 
 
 class Buckets(Phase):
@@ -168,37 +126,12 @@ class Buckets(Phase):
         return _sum_counts(results)
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        rows = _read_all(ctx, f"_work/bands/{task.key}")
-        empty = np.zeros((0, 2), np.uint64)
-        near, exact, anchor = empty, empty, np.zeros(0, np.uint64)
-        over_bucket, over_doc, over_pairs, over_buckets = np.zeros(0, np.int64), np.zeros(0, np.uint64), 0, 0
-        if rows is not None and rows.num_rows:
-            band = rows.column("band").to_numpy()
-            is_exact = band == EXACT_BAND
-            key, doc = rows.column("key").to_numpy(), rows.column("doc").to_numpy()
-            found = candidate_pairs(band[~is_exact], key[~is_exact], doc[~is_exact], stage.config.max_pairs_per_bucket)
-            near, over_bucket, over_doc, anchor = found.pairs, found.over_cap_bucket, found.over_cap_doc, found.anchor
-            over_pairs, over_buckets = found.over_cap_pairs, found.buckets_over_cap
-            exact_bytes = _exact_digests(key[is_exact], rows.column("exact").filter(pa.array(is_exact)))
-            exact = exact_pairs(exact_bytes, doc[is_exact])
-        # Each pair to the verify task of its anchor (exact pairs: their group's smallest document, the first of
-        # each pair), so a pair proposed by several bands' buckets is verified once, with its cluster's documents.
-        pairs = np.concatenate([exact, near])
-        is_exact = np.r_[np.ones(len(exact), bool), np.zeros(len(near), bool)]
-        target = _route(np.concatenate([exact[:, 0], anchor]), stage.config.partitions)
-        for p in range(stage.config.partitions):
-            mine = target == p
-            ctx.write(f"_work/pairs/p{p:04d}/{task.key}.parquet", parquet_bytes(pa.table({
-                "a": pa.array(pairs[mine, 0], pa.uint64()),
-                "b": pa.array(pairs[mine, 1], pa.uint64()),
-                "exact": pa.array(is_exact[mine]),
-            })))
-        ctx.write(f"_work/over_cap/{task.key}.parquet", parquet_bytes(pa.table({
-            "bucket": pa.array(over_bucket, pa.int64()),
-            "doc": pa.array(over_doc, pa.uint64()),
-        })))
-        return {"exact_pairs": int(len(exact)), "candidate_pairs": int(len(near)),
-                "buckets_over_cap": int(over_buckets), "pairs_in_buckets_over_cap": int(over_pairs)}
+        found = bucket_pairs(_read_all(ctx, f"_work/bands/{task.key}"), stage.config.max_pairs_per_bucket,
+                             stage.config.partitions)
+        for p, pairs in enumerate(found.pairs):
+            ctx.write(f"_work/pairs/p{p:04d}/{task.key}.parquet", parquet_bytes(pairs))
+        ctx.write(f"_work/over_cap/{task.key}.parquet", parquet_bytes(found.over_cap))
+        return found.counts
 
 
 class Groups(Phase):
@@ -220,7 +153,7 @@ class Groups(Phase):
             docs.append(over.column("doc").to_numpy().astype(np.uint64, copy=False))
         group, doc = over_cap_groups(np.concatenate(buckets), np.concatenate(docs))
         # Spread groups over the verify tasks by a mixed hash of the group's smallest document (refs are shard, row).
-        target = _route(group, partitions)
+        target = route(group, partitions)
         for p in range(partitions):
             mine = target == p
             g = group[mine]
@@ -250,7 +183,7 @@ class Verify(Phase):
         cfg: DedupConfig = stage.config
         shingles: dict[int, np.ndarray] = {}
         parts = [pa.table({"id": pa.array([], pa.string()), "length": pa.array([], pa.int64())})]
-        for index, docs, rows in _rows_by_shard(needed):
+        for index, docs, rows in rows_by_shard(needed):
             table = read_rows(storage.join(ctx.input_dir, paths[index]), rows, ["id", "text", "source", "lang"], ctx.fs)
             sets = shingle_hashes_many(table.column("text").to_pylist(), _langs(stage, table),
                                        word_ngram=cfg.word_ngram, char_ngram=cfg.char_ngram)
@@ -264,10 +197,8 @@ class Verify(Phase):
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         cfg: DedupConfig = stage.config
-        pairs = _routed_pairs(ctx, task.key)
+        a, b, exact = _routed_pairs(ctx, task.key)
         over = pq.read_table(storage.join(ctx.stage_dir, f"_work/groups/{task.key}.parquet"), filesystem=ctx.fs)
-        a, b = pairs.column("a").to_numpy(), pairs.column("b").to_numpy()
-        exact = pairs.column("exact").to_numpy(zero_copy_only=False)
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
         over_bucket, over_doc = over.column("bucket").to_numpy(), over.column("doc").to_numpy()
         needed = np.unique(np.r_[near.ravel(), over_doc])
@@ -279,11 +210,9 @@ class Verify(Phase):
         edges, sims = [near[keep]], [jaccard[keep]]
         if over_doc.size:
             # Members in the clusters phase's visit order (the `keep` rules, then id, then reference).
-            visit = ranked(needed, Clusters._rank(cfg.keep, members, needed))
-            starts = np.flatnonzero(np.r_[True, over_bucket[1:] != over_bucket[:-1]])
-            for group in np.split(over_doc, starts[1:]):
-                docs = group[visit(group)].tolist()
-                found = cluster_bucket(docs, shingles, cfg.threshold, cfg.max_comparisons_per_document)
+            visit = ranked(needed, rank(cfg.keep, members, needed))
+            for found in cluster_groups(over_bucket, over_doc, visit, shingles, cfg.threshold,
+                                        cfg.max_comparisons_per_document):
                 edges.append(found.pairs)
                 sims.append(found.jaccard)
                 counts["pairs_verified"] += found.compared
@@ -296,7 +225,7 @@ class Verify(Phase):
             log.warning("dedup verify %s: %d pairs of buckets over the cap were not verified "
                         "(max_comparisons_per_document = %d)", task.key, counts["pairs_not_verified"],
                         cfg.max_comparisons_per_document)
-        near_edges, near_sims = _unique_edges(np.concatenate(edges), np.concatenate(sims))
+        near_edges, near_sims = unique_edges(np.concatenate(edges), np.concatenate(sims))
         ctx.write(f"_work/edges/{task.key}.parquet", parquet_bytes(pa.table({
             "a": pa.array(np.r_[a[exact], near_edges[:, 0]], pa.uint64()),
             "b": pa.array(np.r_[b[exact], near_edges[:, 1]], pa.uint64()),
@@ -306,156 +235,52 @@ class Verify(Phase):
         return counts
 
 
-def _routed_pairs(ctx: TaskContext, key: str) -> pa.Table:
-    """The pairs every buckets task routed to this verify task, each (a, b, exact) once, sorted."""
-    files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, f"_work/pairs/{key}"), ".parquet")
-    table = pa.concat_tables([pq.read_table(f, filesystem=ctx.fs) for f in files]) if files else None
+def _routed_pairs(ctx: TaskContext, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs every buckets task routed to this verify task, as (a, b, exact) arrays, each pair once, sorted."""
+    table = _read_all(ctx, f"_work/pairs/{key}")
     if table is None or not table.num_rows:
-        return pa.table({"a": pa.array([], pa.uint64()), "b": pa.array([], pa.uint64()), "exact": pa.array([], pa.bool_())})
-    a, b = table.column("a").to_numpy(), table.column("b").to_numpy()
-    exact = table.column("exact").to_numpy(zero_copy_only=False)
-    order = np.lexsort((b, a, ~exact))
-    a, b, exact = a[order], b[order], exact[order]
-    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (exact[1:] != exact[:-1])]
-    return pa.table({"a": pa.array(a[first], pa.uint64()), "b": pa.array(b[first], pa.uint64()),
-                     "exact": pa.array(exact[first])})
-
-
-def _unique_edges(pairs: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, duplicate-free edges (a pair found in several buckets once; its Jaccard is the same each time)."""
-    pairs = pairs.reshape(-1, 2).astype(np.uint64, copy=False)
-    if not len(pairs):
-        return pairs, sims
-    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
-    pairs, sims = pairs[order], sims[order]
-    first = np.r_[True, (pairs[1:] != pairs[:-1]).any(axis=1)]
-    return pairs[first], sims[first]
-
-
-_EDGES_PER_BATCH = 1 << 22  # edge rows the clusters task holds at a time (about 100 MB as arrays)
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, bool)
+    return unique_pairs(table.column("a").to_numpy(), table.column("b").to_numpy(),
+                        table.column("exact").to_numpy(zero_copy_only=False))
 
 
 def _edge_files(ctx: TaskContext) -> list[str]:
     return storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/edges"), ".parquet")
 
 
-# Edge rows merged into the component index at a time: each merge sorts its rows with every node so far, so fewer,
-# larger merges are faster but hold more. On the 10 GB web-like run's edges (169 million rows in 64 files, 2.5
-# million nodes) the index alone peaked at 1,082 MB a file at a time, 1,171 MB at 4M rows (0.6x the time), 1,432 MB
-# at 8M and 2,044 MB at 16M.
-_INDEX_ROWS = 1 << 22
-
-
-def _component_index(ctx: TaskContext, files: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every node of the edges with its component (its smallest node) and the edge rows whose first end it is
-    (copies included): merged a group of files at a time, about _INDEX_ROWS edge rows, so that only the nodes and
-    one group's edges are held; the components so far enter each merge as (node, root) edges."""
-    nodes = comp = np.zeros(0, np.uint64)
-    count = np.zeros(0, np.int64)
-    pending: list[np.ndarray] = []
-
-    def merge() -> None:
-        nonlocal nodes, comp, count, pending
-        found = np.concatenate(pending)
-        pending = []
-        merged, comp = components(np.concatenate([found, np.stack([nodes, comp], axis=1)]))
-        moved = np.zeros(merged.size, np.int64)
-        moved[np.searchsorted(merged, nodes)] = count
-        count = moved + np.bincount(np.searchsorted(merged, found[:, 0]), minlength=merged.size)
-        nodes = merged
-
-    held = 0
+def _read_edges(ctx: TaskContext, files: list[str], columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """The verify tasks' edge files, one at a time."""
     for path in files:
-        table = pq.read_table(path, columns=["a", "b"], filesystem=ctx.fs)
-        if not table.num_rows:
-            continue
-        pending.append(np.stack([table.column("a").to_numpy(), table.column("b").to_numpy()], axis=1))
-        held += table.num_rows
-        if held >= _INDEX_ROWS:
-            merge()
-            held = 0
-    if pending:
-        merge()
-    return nodes, comp, count
+        yield pq.read_table(path, columns=columns, filesystem=ctx.fs)
 
 
-def _batches(nodes: np.ndarray, comp: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """Each node's batch: whole components packed in order of their root into batches of about _EDGES_PER_BATCH
-    edge rows (``count``: each node's rows from :func:`_component_index`, copies included); a component larger
-    than that gets a batch of its own, so one crawl-wide boilerplate cluster never shares its batch (and the peak
-    memory) with others."""
-    root = np.searchsorted(nodes, comp)
-    rows = np.bincount(root, weights=count, minlength=nodes.size).astype(np.int64)
-    roots = np.flatnonzero(rows)
-    batch_of_root = np.zeros(nodes.size, np.int64)
-    batch, fill = 0, 0
-    for r, size in zip(roots.tolist(), rows[roots].tolist()):
-        if fill and fill + size > _EDGES_PER_BATCH:
-            batch, fill = batch + 1, 0
-        batch_of_root[r] = batch
-        fill += size
-    return batch_of_root[root]
+def _component_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, comp: np.ndarray, count: np.ndarray
+                     ) -> Iterator[pa.Table]:
+    """The distinct edges of each batch of whole components (`component_batches`), a batch at a time: every edge
+    file's rows are spilled once to the local file of their batch (Arrow IPC in a temporary folder), so that each
+    batch then reads its own rows only (reading every edge file again per batch grew with the square of the run:
+    612 s for 40 batches of 64 files at 10 GB of a web-like crawl). Within the budget, one batch read directly."""
+    if count.sum() > EDGES_PER_BATCH:
+        batch_of = component_batches(nodes, comp, count)
+        with tempfile.TemporaryDirectory(prefix="tokenmill-dedup-edges-") as folder:
+            for path in _scatter_edges(_read_edges(ctx, files), nodes, batch_of, folder):
+                yield unique_edge_rows(_read_scattered(path))
+    elif nodes.size:
+        yield unique_edge_rows(in_batch(_read_edges(ctx, files), nodes, np.zeros(nodes.size, np.int64), 0))
 
 
-def _unique_edge_rows(tables) -> pa.Table | None:
-    """The edges of ``tables``, each (a, b, exact) once: a pair in the buckets of several bands is verified, and
-    written, by the verify task of each band's partition; merged table by table (deduplicated whenever what is read
-    since outgrows what is kept), so the task holds about the distinct edges, not every copy (up to one per band)."""
-    kept: pa.Table | None = None
-    pending: list[pa.Table] = []
-
-    def merge() -> pa.Table:
-        table = pa.concat_tables(([kept] if kept is not None else []) + pending)
-        a, b = table.column("a").to_numpy(), table.column("b").to_numpy()
-        exact = table.column("exact").to_numpy(zero_copy_only=False)
-        order = np.lexsort((exact, b, a))
-        a, b, exact = a[order], b[order], exact[order]
-        first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (exact[1:] != exact[:-1])] if a.size else []
-        return table.take(pa.array(order[first], pa.int64())).combine_chunks()
-
-    for table in tables:
-        pending.append(table)
-        if sum(t.num_rows for t in pending) >= max(kept.num_rows if kept else 0, 1 << 20):
-            kept, pending = merge(), []
-    if pending:
-        kept = merge()
-    return kept
-
-
-def _batch_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, batch_of: np.ndarray, batch: int):
-    """Each edge file's rows whose component falls in ``batch`` (``batch_of``: each node's batch), one file at a
-    time."""
-    last = int(batch_of.max()) if batch_of.size else 0
-    for path in files:
-        table = pq.read_table(path, filesystem=ctx.fs)
-        if last:
-            a = table.column("a").to_numpy()
-            table = table.filter(pa.array(batch_of[np.searchsorted(nodes, a)] == batch))
-        yield table
-
-
-def _scatter_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, batch_of: np.ndarray, folder: str
-                   ) -> list[str]:
-    """Every edge file's rows written once to the file of their component's batch (Arrow IPC in the local `folder`),
-    so that each batch then reads its own rows only: reading every edge file again per batch grew with the square
-    of the run (612 s for 40 batches of 64 files at 10 GB of a web-like crawl)."""
+def _scatter_edges(tables: Iterator[pa.Table], nodes: np.ndarray, batch_of: np.ndarray, folder: str) -> list[str]:
+    """Every edge row written once to the file of its component's batch (Arrow IPC in the local `folder`); the
+    files written, by batch."""
     batches = int(batch_of.max()) + 1 if batch_of.size else 0
     paths = [f"{folder}/batch-{b:05d}.arrow" for b in range(batches)]
     writers: list = [None] * batches
     try:
-        for path in files:
-            table = pq.read_table(path, filesystem=ctx.fs)
-            if not table.num_rows:
-                continue
-            batch = batch_of[np.searchsorted(nodes, table.column("a").to_numpy())]
-            order = np.argsort(batch, kind="stable")
-            table, batch = table.take(pa.array(order, pa.int64())), batch[order]
-            cuts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
-            for start, stop in zip(cuts.tolist(), [*cuts[1:].tolist(), batch.size]):
-                b = int(batch[start])
+        for table in tables:
+            for b, rows in split_by_batch(table, nodes, batch_of):
                 if writers[b] is None:
-                    writers[b] = pa.ipc.new_file(paths[b], table.schema)
-                writers[b].write_table(table.slice(start, stop - start))
+                    writers[b] = pa.ipc.new_file(paths[b], rows.schema)
+                writers[b].write_table(rows)
     finally:
         for writer in writers:
             if writer is not None:
@@ -463,30 +288,12 @@ def _scatter_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, batch_
     return [path for path, writer in zip(paths, writers) if writer is not None]
 
 
-def _read_scattered(path: str):
+def _read_scattered(path: str) -> Iterator[pa.Table]:
     """One batch's edges from `_scatter_edges`, a record batch at a time."""
     with pa.OSFile(path) as source:  # read into memory, not mapped: the tables outlive the file
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
             yield pa.Table.from_batches([reader.get_batch(i)])
-
-
-_REASONS = pa.array(["exact_duplicate", "near_duplicate", None], pa.string())
-"""Decision codes: 0 and 1 index these reasons, 2 (kept) a null."""
-
-
-def _decide(edges: pa.Table, visit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The removed documents over whole components' edges, as arrays (removed, reason code, kept document,
-    Jaccard): exact duplicates first (one kept per hash), then the near-duplicate choice among the documents that
-    are left."""
-    a, b = edges.column("a").to_numpy(), edges.column("b").to_numpy()
-    jac, exact = edges.column("jaccard").to_numpy(), edges.column("exact").to_numpy(zero_copy_only=False)
-    pairs = np.stack([a, b], axis=1)
-    gone, by, sims = greedy_drops(pairs[exact], jac[exact], visit)
-    near = ~exact & ~np.isin(a, gone) & ~np.isin(b, gone)
-    n_gone, n_by, n_sims = greedy_drops(pairs[near], jac[near], visit)
-    return (np.concatenate([gone, n_gone]), np.r_[np.zeros(gone.size, np.int8), np.ones(n_gone.size, np.int8)],
-            np.concatenate([by, n_by]), np.concatenate([sims, n_sims]))
 
 
 class Clusters(Phase):
@@ -504,91 +311,22 @@ class Clusters(Phase):
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         # Components first, streamed over the edge files (nodes only); then the keep/drop choice one batch of
         # components at a time, each batch's edges read again from the files. Components are independent, so
-        # this decides exactly what one pass over every edge would, holding about _EDGES_PER_BATCH edges. Every
+        # this decides exactly what one pass over every edge would, holding about EDGES_PER_BATCH edges. Every
         # per-document value is an array aligned with the sorted nodes (Python objects per document were most of
         # the task's memory at millions of cluster members).
         files = _edge_files(ctx)
-        nodes, comp, count = _component_index(ctx, files)
+        nodes, comp, count = component_index(_read_edges(ctx, files, ["a", "b"]))
         shards = task.params["shards"]
         members = self._members(ctx, shards, task.params["paths"], nodes)
         ids, sources = members.column("id").combine_chunks(), members.column("source").combine_chunks()
-        visit = ranked(nodes, self._rank(stage.config.keep, members, nodes))
-        found = []
-        if count.sum() > _EDGES_PER_BATCH:
-            batch_of = _batches(nodes, comp, count)
-            with tempfile.TemporaryDirectory(prefix="tokenmill-dedup-edges-") as folder:
-                for path in _scatter_edges(ctx, files, nodes, batch_of, folder):
-                    edges = _unique_edge_rows(_read_scattered(path))
-                    if edges is not None and edges.num_rows:
-                        found.append(_decide(edges, visit))
-        elif nodes.size:
-            edges = _unique_edge_rows(_batch_edges(ctx, files, nodes, np.zeros(nodes.size, np.int64), 0))
-            if edges is not None and edges.num_rows:
-                found.append(_decide(edges, visit))
-        # Per node: its decision code (2 = kept), the index of the document that removed it, and the Jaccard.
-        code = np.full(nodes.size, 2, np.int8)
-        by = np.zeros(nodes.size, np.int64)
-        jaccard = np.zeros(nodes.size, np.float64)
-        for gone, reason, kept_by, sims in found:
-            at = np.searchsorted(nodes, gone)
-            code[at], by[at], jaccard[at] = reason, np.searchsorted(nodes, kept_by), sims
-        dropped = code != 2
-        root = np.searchsorted(nodes, comp)
-
-        def columns(rows: np.ndarray) -> dict[str, pa.Array]:
-            drop = dropped[rows]
-            return {
-                "reason": _REASONS.take(pa.array(code[rows], pa.int8())),
-                "kept_by": ids.take(pa.array(by[rows], pa.int64(), mask=~drop)),
-                "jaccard": pa.array(jaccard[rows], pa.float64(), mask=~drop),
-                "cluster": ids.take(pa.array(root[rows], pa.int64())),
-            }
-
-        shard_of = (nodes >> np.uint64(32)).astype(np.int64)
-        cuts = np.flatnonzero(np.r_[True, shard_of[1:] != shard_of[:-1]]) if nodes.size else np.zeros(0, np.int64)
-        for start, stop in zip(cuts.tolist(), [*cuts[1:].tolist(), nodes.size]):
-            rows = np.arange(start, stop)
-            ctx.write(f"_work/decisions/{shards[shard_of[start]]}.parquet", parquet_bytes(pa.table({
-                "doc": pa.array(nodes[rows], pa.uint64()), **columns(rows)})))
-        # clusters.parquet: members by (cluster, document).
-        order = np.lexsort((nodes, comp))
-        cols = columns(order)
-        ctx.write("clusters.parquet", parquet_bytes(pa.table({
-            "cluster": cols["cluster"],
-            "id": ids.take(pa.array(order, pa.int64())),
-            "source": sources.take(pa.array(order, pa.int64())),
-            "kept": pa.array(~dropped[order]),
-            "reason": cols["reason"],
-            "removed_by": cols["kept_by"],
-            "jaccard": cols["jaccard"],
-        })))
-        return {
-            "clusters": int(np.unique(comp).size),
-            "by_source": self._by_source(comp[order], order, dropped[order], root[order], sources),
-            "exact_duplicates": int((code == 0).sum()),
-            "near_duplicates": int((code == 1).sum()),
-        }
-
-    @staticmethod
-    def _by_source(comp: np.ndarray, rows: np.ndarray, dropped: np.ndarray, root: np.ndarray, sources: pa.Array
-                   ) -> dict[str, dict]:
-        """Per source of the document each cluster keeps (its smallest kept member, else its root): how many
-        clusters, and how large. The arguments are members sorted by (cluster, document)."""
-        if not comp.size:
-            return {}
-        starts = np.flatnonzero(np.r_[True, comp[1:] != comp[:-1]])
-        sizes = np.diff(np.r_[starts, comp.size])
-        keeper = root[starts]  # the root, where no member is kept
-        kept_at = np.flatnonzero(~dropped)
-        first_kept = np.unique(comp[kept_at], return_index=True)
-        keeper[np.searchsorted(comp[starts], first_kept[0])] = rows[kept_at[first_kept[1]]]
-        counts = pa.table({"source": sources.take(pa.array(keeper, pa.int64())), "size": sizes}).group_by(
-            ["source", "size"]).aggregate([([], "count_all")]).to_pydict()
-        per_source: dict[str, dict[int, int]] = {}
-        for source, size, count in zip(counts["source"], counts["size"], counts["count_all"]):
-            per_source.setdefault(source, {})[size] = count
-        return {s: {"clusters": sum(c.values()), "size_histogram": {str(k): v for k, v in sorted(c.items())}}
-                for s, c in sorted(per_source.items())}
+        visit = ranked(nodes, rank(stage.config.keep, members, nodes))
+        decided = Decisions.of(nodes, comp, [decide(edges, visit) for edges in
+                                             _component_edges(ctx, files, nodes, comp, count)
+                                             if edges is not None and edges.num_rows])
+        for shard, rows in decided.by_shard():
+            ctx.write(f"_work/decisions/{shards[shard]}.parquet", parquet_bytes(decided.shard_table(ids, rows)))
+        ctx.write("clusters.parquet", parquet_bytes(decided.clusters_table(ids, sources)))
+        return decided.summary(sources)
 
     @staticmethod
     def _members(ctx: TaskContext, shards: list[str], paths: list[str], nodes: np.ndarray) -> pa.Table:
@@ -596,7 +334,7 @@ class Clusters(Phase):
         id and source from the input shards (only those columns and row groups), the length from the signatures
         phase's `_work/docs`; each shard once."""
         parts = []
-        for index, _, rows in _rows_by_shard(nodes):
+        for index, _, rows in rows_by_shard(nodes):
             table = read_rows(storage.join(ctx.input_dir, paths[index]), rows, ["id", "source"], ctx.fs)
             lengths = read_rows(storage.join(ctx.stage_dir, f"_work/docs/{shards[index]}.parquet"), rows,
                                 ["length"], ctx.fs).column("length")
@@ -605,34 +343,13 @@ class Clusters(Phase):
         schema = pa.schema({"id": pa.string(), "length": pa.int64(), "source": pa.string()})
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
-    @staticmethod
-    def _rank(keep: list[str], members: pa.Table, nodes: np.ndarray) -> np.ndarray:
-        """Each node's place in the visit order from the `keep` rules (smaller first), ties broken by id, then
-        reference: one Arrow sort (strings compare as UTF-8 bytes, the same order as Python's code points). Verify
-        orders the members of over-cap groups by it too, so leader clustering starts where the clusters phase would."""
-        length = members.column("length").to_numpy()
-        keys = {}
-        for i, rule in enumerate(keep):
-            keys[f"k{i}"] = (pa.array(-length) if rule == "longest" else pa.array(length) if rule == "shortest"
-                             else members.column("id"))
-        table = pa.table({**keys, "id": members.column("id"), "node": pa.array(nodes, pa.uint64())})
-        order = pc.sort_indices(table, sort_keys=[(name, "ascending") for name in table.column_names]).to_numpy()
-        rank = np.empty(nodes.size, np.int64)
-        rank[order] = np.arange(nodes.size)
-        return rank
 
-
-class FilterShards(Phase):
+class FilterShards(ShardMap):
     """Per shard: drop the documents the cluster phase removed; count cluster members per source."""
 
     name = "filter"
-    writes_shards = True
 
-    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
-        return shard_tasks(ctx)
-
-    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> ShardsResult:
-        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
+    def map_shard(self, stage: "DedupStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         reasons = [None] * table.num_rows
         stats: dict[str, Any] = {}
         path = storage.join(ctx.stage_dir, f"_work/decisions/{task.key}.parquet")
@@ -645,10 +362,7 @@ class FilterShards(Phase):
                 key = reason or "kept_in_cluster"
                 stats.setdefault("cluster_members", {}).setdefault(source, {}).setdefault(key, 0)
                 stats["cluster_members"][source][key] += 1
-        entry = split_and_write(stage, ctx, task.key, task.params["source"], table, pa.array(reasons, pa.string()),
-                                stats or None)
-        entry["input"] = task.inputs[0]
-        return ShardsResult([entry])
+        return ShardOutput(table, pa.array(reasons, pa.string()), stats or None)
 
 
 class DedupStage(Stage):

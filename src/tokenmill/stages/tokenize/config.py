@@ -6,7 +6,7 @@ from typing import Literal, Union
 
 from pydantic import Field
 
-from tokenmill.pipeline.config_base import StageConfig, StrictModel
+from tokenmill.config_base import StageConfig, StrictModel
 
 
 class Gpt2Files(StrictModel):

@@ -5,7 +5,6 @@ tokenizer (loaded, or trained on that keyed sample), encoding per shard into tok
 from __future__ import annotations
 
 import hashlib
-import heapq
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -14,125 +13,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-import xxhash
 
 from tokenmill.errors import ConfigError
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.documents import parquet_bytes, read_rows, read_shard
-from tokenmill.pipeline.stats import NO_SUBSET
+from tokenmill.documents import parquet_bytes
 from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
-from tokenmill.pipeline.map_phase import shard_name, shard_tasks, split_and_write
+from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name
 from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTokenizer
 from tokenmill.tokenize.fast_engine import encode_flat, tiktoken_encoding
-from tokenmill.tokenize import hf_files, tokens_json
-from tokenmill.tokenize.indexed import IndexedWriter, dtype_for_vocab, parse_index
+from tokenmill.tokenize import bundle, hf_files, tokens_json
+from tokenmill.tokenize.bundle import SplitFiles
+from tokenmill.tokenize.indexed import dtype_for_vocab
+from tokenmill.tokenize.sample import choose_sample, id_key, read_texts, sample_bound, sample_candidates, training_sample
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
 
 SPLITS = ("train", "valid")
 
 log = logging.getLogger(__name__)
-
-
-def _key_seed(seed: int) -> int:
-    """The xxh3 seed of the keyed hash of ids (`_key`), from the run's seed."""
-    return (seed ^ 0x70C3) & 0xFFFFFFFFFFFFFFFF
-
-
-def _key(seed: int, doc_id: str) -> int:
-    return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=_key_seed(seed))
-
-
-def training_sample(paths: Sequence[str], fs, seed: int, n: int) -> list[str]:
-    """The n documents with the smallest keyed hash of their id: the same sample whatever the sharding.
-
-    The exact definition, one pass over every shard's ids (`paths`, Parquet on `fs`) in one process; the stage takes
-    it from `sample_candidates` and `choose_sample` instead, and comes here only where those cannot decide (equal
-    ids among the chosen). The heap holds where each text lies; a text is read only to break a tie of equal ids, and
-    at the end for the n chosen. The heap sees the same items in the same order as it did with the texts in hand, so
-    the sample and its order (a tie keeps the heap's order) are what they were."""
-    heap: list[tuple[int, str, _Text]] = []
-    for path in paths:
-        ids = pq.read_table(path, columns=["id"], filesystem=fs).column("id").to_pylist()
-        for row, doc_id in enumerate(ids):
-            key = -_key(seed, doc_id)
-            if len(heap) < n:
-                heapq.heappush(heap, (key, doc_id, _Text(path, fs, row)))
-            elif (key, doc_id) >= heap[0][:2]:
-                item = (key, doc_id, _Text(path, fs, row))
-                if item > heap[0]:
-                    heapq.heapreplace(heap, item)
-    chosen = sorted(heap, key=lambda x: (-x[0], x[1]))
-    texts: dict[tuple[str, int], str] = {}
-    for path in dict.fromkeys(t.path for _, _, t in chosen):
-        rows = np.array(sorted(t.row for _, _, t in chosen if t.path == path))
-        texts.update(((path, int(r)), text) for r, text in zip(rows, _read_texts(path, fs, rows)))
-    return [texts[t.path, t.row] for _, _, t in chosen]
-
-
-def sample_bound(total_docs: int, n: int) -> int:
-    """A key below which, among `total_docs` keyed hashes (uniform over 64 bits), comfortably more than n fall: the
-    expected n + 10% + 8 standard deviations + 64, so that each shard sends only its documents under it (about
-    1.1 n in all, not every id) and `choose_sample` almost never finds fewer than n."""
-    if total_docs <= n:
-        return 2**64
-    expected = n * 1.1 + 8 * n**0.5 + 64
-    return min(2**64, int(2**64 * expected / total_docs))
-
-
-def sample_candidates(ids: pa.ChunkedArray | pa.Array, seed: int, below: int) -> dict[str, list]:
-    """The rows of one shard whose id's keyed hash is under `below`: their rows, keys and ids."""
-    ids = ids.to_pylist()  # a Python call per id, but in every shard's task at once, not in the one-task phase
-    seed64 = _key_seed(seed)  # `_key`, without a Python call per id around it
-    keys = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8"), seed=seed64) for i in ids), dtype=np.uint64,
-                       count=len(ids))
-    rows = np.flatnonzero(keys < np.uint64(below)) if below < 2**64 else np.arange(len(ids))
-    return {"rows": rows.tolist(), "keys": keys[rows].tolist(), "ids": [ids[r] for r in rows]}
-
-
-def choose_sample(candidates: Sequence[tuple[str, Mapping[str, list]]], n: int,
-                  below: int) -> list[tuple[str, int]] | None:
-    """`training_sample`'s n documents as (shard, row), in its order, from every shard's `sample_candidates`
-    (shard, candidates) under the bound `below`; None where they cannot decide it, and the exact pass must run.
-
-    When at least n candidates came (or every id, the bound being 2**64), the n smallest (key, id) are the n
-    documents, and sorting by (key, id) is the exact pass's order, as long as no two of them, nor the last and the
-    next, share a key and an id: there the text and the heap's history decide, so the exact pass runs."""
-    items = [(k, i, path, r) for path, c in candidates for k, i, r in zip(c["keys"], c["ids"], c["rows"])]
-    if len(items) < n and below < 2**64:  # fewer under the bound than asked: the exact pass decides
-        return None
-    items.sort(key=lambda x: (x[0], x[1]))
-    head = items[: n + 1]
-    if any(a[:2] == b[:2] for a, b in zip(head, head[1:])):
-        return None
-    return [(path, r) for _, _, path, r in items[:n]]
-
-
-class _Text:
-    """Where a document's text lies; compared by the text itself, read only when a comparison needs it."""
-
-    __slots__ = ("path", "fs", "row")
-
-    def __init__(self, path: str, fs, row: int):
-        self.path, self.fs, self.row = path, fs, row
-
-    def value(self) -> str:
-        return next(iter(_read_texts(self.path, self.fs, np.array([self.row]))))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Text) and self.value() == other.value()
-
-    def __lt__(self, other: "_Text") -> bool:
-        return self.value() < other.value()
-
-    def __gt__(self, other: "_Text") -> bool:
-        return self.value() > other.value()
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def _read_texts(path: str, fs, rows: np.ndarray) -> list[str]:
-    """The text of the given rows (ascending) of a Parquet shard, reading only the row groups that hold them."""
-    return read_rows(path, rows, ["text"], fs).column("text").to_pylist()
 
 
 class SampleIds(Phase):
@@ -155,7 +52,7 @@ class SampleIds(Phase):
         ids = pq.read_table(path, columns=["id"], filesystem=ctx.fs).column("id")
         found = sample_candidates(ids, stage.run.seed, task.params["below"])
         rows = np.array(found["rows"], dtype=np.int64)
-        texts = _read_texts(path, ctx.fs, rows) if rows.size else []
+        texts = read_texts(path, ctx.fs, rows) if rows.size else []
         ctx.write(_sample_file(task.key), parquet_bytes(pa.table({"row": pa.array(rows, pa.int64()),
                                                                    "text": pa.array(texts, pa.string())})))
         return found
@@ -213,32 +110,30 @@ class PrepareTokenizer(Phase):
     def reduce(self, stage: "TokenizeStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         from tokenizers import Tokenizer
 
-        data = storage.read_bytes(ctx.fs, storage.join(ctx.stage_dir, "tokenizer.json")).decode("utf-8")
+        data = storage.read_bytes(ctx.fs, storage.join(ctx.stage_dir, tokens_json.TOKENIZER_FILE)).decode("utf-8")
         return _loaded(Tokenizer.from_str(data), stage.config.eos_token)
 
 
-class Encode(Phase):
+class Encode(ShardMap):
     """Per shard: every document's ids and its end-of-text id, into train and valid `.bin`/`.idx` pairs."""
 
     name = "encode"
-    writes_shards = True
 
     def plan(self, stage: "TokenizeStage", ctx: PlanContext) -> list[Task]:
         if not ctx.input_shards:
             log.warning("tokenize: the input stage has no shards: no token files are written and tokens.json lists "
                         "none; check what the earlier stages kept (`tokenmill manifest show RUN`)")
-        return shard_tasks(ctx)
+        return super().plan(stage, ctx)
 
-    def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> ShardsResult:
+    def map_shard(self, stage: "TokenizeStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         cfg: TokenizeConfig = stage.config
         tok: LoadedTokenizer = ctx.shared["tokenizer"]
-        table = read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs)
         threshold = int(cfg.valid_fraction * 2**64)
-        valid = np.fromiter((_key(stage.run.seed, i) < threshold for i in table.column("id").to_pylist()),
+        valid = np.fromiter((id_key(stage.run.seed, i) < threshold for i in table.column("id").to_pylist()),
                             dtype=bool, count=table.num_rows)
         engines: set[str] = set()
-        out = {s: _SplitFiles(s, task.key, dtype_for_vocab(tok.vocab_size), cfg.max_tokens_per_file, table, engines,
-                              ctx) for s in SPLITS}
+        out = {s: SplitFiles(s, task.key, dtype_for_vocab(tok.vocab_size), cfg.max_tokens_per_file, table, engines,
+                             ctx) for s in SPLITS}
         encoder = tiktoken_encoding(tok) if cfg.engine == "auto" else None  # built once per worker process
         special_docs = 0
         texts_column = table.column("text")
@@ -259,102 +154,15 @@ class Encode(Phase):
             out[split].flush()
         stats = {"tokens": {s: out[s].tokens for s in SPLITS}, "documents": {s: out[s].documents for s in SPLITS},
                  "special_token_text_docs": special_docs}
-        entry = split_and_write(stage, ctx, task.key, task.params["source"], table,
-                                pa.nulls(table.num_rows, pa.string()), stats)
-        entry["input"] = task.inputs[0]
-        entry["token_files"] = {s: out[s].files for s in SPLITS}
-        entry["engine"] = "+".join(sorted(engines)) or "tokenizers"
-        return ShardsResult([entry])
+        return ShardOutput(table, pa.nulls(table.num_rows, pa.string()), stats,
+                           extra={"token_files": {s: out[s].files for s in SPLITS},
+                                  "engine": "+".join(sorted(engines)) or "tokenizers"})
 
     def reduce(self, stage: "TokenizeStage", results: Mapping[str, ShardsResult], ctx: PlanContext) -> Any:
         """Each token file's index entry by prefix, as its task computed it from the bytes it wrote (the index phase
         then reads none of them)."""
         return {f["prefix"]: f for r in results.values() for e in r.shards
                 for files in e.get("token_files", {}).values() for f in files if "sha256" in f}
-
-
-SIDE_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("subset", pa.string()), ("tokens", pa.int64())])
-"""`.docs.parquet`: which document each sequence of a token file is, for attribution (row i is sequence i)."""
-
-
-class _SplitFiles:
-    """One split's token files of one shard: documents arrive a batch at a time; a file is closed (written) after
-    the document that brings it to `max_tokens` tokens."""
-
-    def __init__(self, split: str, key: str, dtype, max_tokens: int, table: pa.Table, engines: set, ctx: TaskContext):
-        self.split, self.key, self.dtype, self.max_tokens = split, key, dtype, max_tokens
-        self.table, self.engines, self.ctx = table, engines, ctx
-        self.files: list[dict] = []
-        self.tokens = self.documents = 0
-        self._writer: IndexedWriter | None = None
-        self._rows: list[np.ndarray] = []
-        self._lengths: list[np.ndarray] = []
-        self._in_file = 0
-
-    def add(self, rows: np.ndarray, lengths: np.ndarray, tokens: np.ndarray) -> None:
-        """Documents at `rows` of the shard, `lengths` tokens each, `tokens` back to back."""
-        self.tokens += int(lengths.sum())
-        self.documents += len(rows)
-        while len(rows):
-            ends = np.cumsum(lengths)
-            k = int(np.searchsorted(ends, self.max_tokens - self._in_file))  # the document that fills the file
-            take = min(k + 1, len(rows))
-            if self._writer is None:
-                self._writer = IndexedWriter(self.dtype)
-            self._writer.add_documents(tokens[:ends[take - 1]], lengths[:take])
-            self._rows.append(rows[:take])
-            self._lengths.append(lengths[:take])
-            self._in_file += int(ends[take - 1])
-            if self._in_file >= self.max_tokens:
-                self.flush()
-            rows, lengths, tokens = rows[take:], lengths[take:], tokens[ends[take - 1]:]
-
-    def flush(self) -> None:
-        """Write the open file, if any: `.bin`, `.idx`, `.docs.parquet` and `.engine`."""
-        if self._writer is None:
-            return
-        writer, self._writer = self._writer, None
-        stem = f"{self.split}/{self.key}.{len(self.files):04d}"
-        bin_bytes, idx_bytes = writer.finalize()
-        # The index entry's digests and tallies are made here, in parallel, from the bytes in hand: the index
-        # phase is one task, and reading every token file back there grew with the whole run.
-        digests = {".bin": hashlib.sha256(bin_bytes).hexdigest(), ".idx": hashlib.sha256(idx_bytes).hexdigest()}
-        sizes = {".bin": len(bin_bytes), ".idx": len(idx_bytes)}
-        head = tokens_json.head_record(bin_bytes)
-        self.ctx.write(f"{stem}.bin", bin_bytes)
-        del bin_bytes
-        self.ctx.write(f"{stem}.idx", idx_bytes)
-        rows = pa.array(np.concatenate(self._rows))
-        side = [self.table.column(c).take(rows).combine_chunks() for c in ("id", "source", "subset")]
-        side.append(pa.array(np.concatenate(self._lengths), pa.int64()))
-        side_table = pa.table(side, schema=SIDE_SCHEMA)
-        docs_bytes = parquet_bytes(side_table)
-        digests[".docs.parquet"], sizes[".docs.parquet"] = hashlib.sha256(docs_bytes).hexdigest(), len(docs_bytes)
-        self.ctx.write(f"{stem}.docs.parquet", docs_bytes)
-        engine = "+".join(sorted(self.engines)) or "tokenizers"
-        entry = {"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens,
-                 "by_source": by_source(side_table), "engine": engine, "sha256": digests, "bytes": sizes}
-        if head is not None:
-            entry["head"] = head
-        self.files.append(entry)
-        self.ctx.write(f"{stem}.engine", engine.encode())
-        self._rows, self._lengths, self._in_file = [], [], 0
-
-
-def by_source(side: pa.Table) -> dict[str, dict[str, Any]]:
-    """Documents and tokens of a token file per source and subset, from its `.docs.parquet` table."""
-    per_source: dict[str, dict[str, Any]] = {}
-    # One row per (source, subset), not per document: a file holds up to millions of documents.
-    groups = side.group_by(["source", "subset"], use_threads=False).aggregate(
-        [("tokens", "count"), ("tokens", "sum")]).to_pylist()
-    for row in groups:
-        s = per_source.setdefault(row["source"], {"documents": 0, "tokens": 0, "subsets": {}})
-        subset = row["subset"] if row["subset"] is not None else NO_SUBSET
-        sub = s["subsets"].setdefault(subset, {"documents": 0, "tokens": 0})
-        for tally in (s, sub):
-            tally["documents"] += row["tokens_count"]
-            tally["tokens"] += row["tokens_sum"]
-    return per_source
 
 
 class WriteIndex(Phase):
@@ -375,30 +183,13 @@ class WriteIndex(Phase):
             folder = storage.join(ctx.stage_dir, split)
             sizes = {i.path: i.size for i in ctx.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
                      if i.type == pafs.FileType.File}
-            for idx in sorted(p for p in sizes if p.endswith(".idx")):
-                prefix = idx[: -len(".idx")]
+            for idx in sorted(p for p in sizes if p.endswith(bundle.IDX)):
+                prefix = idx[: -len(bundle.IDX)]
                 rel = prefix[len(ctx.stage_dir) + 1:]
-                info = known.get(rel)
-                # The encode task's entry, where the files on disk are the ones it wrote (their sizes agree).
-                if info is not None and all(sizes.get(prefix + ext) == n for ext, n in info["bytes"].items()) \
-                        and info["bytes"][".bin"] == info["tokens"] * itemsize:
-                    entries.append({k: info[k] for k in ("prefix", "documents", "tokens", "by_source", "engine",
-                                                         "sha256", "head") if k in info})
-                    continue
-                # Read through the run's filesystem (a shared disk or an object store), each file once.
-                data = {ext: storage.read_bytes(ctx.fs, prefix + ext) for ext in (".bin", ".idx", ".docs.parquet")}
-                index_file = parse_index(data[".idx"], prefix + ".idx")
-                if len(data[".bin"]) != index_file.num_tokens * index_file.dtype.itemsize:
-                    raise ValueError(f"{prefix}.bin: {len(data['.bin'])} bytes, but its .idx describes "
-                                     f"{index_file.num_tokens * index_file.dtype.itemsize}")
-                side = pq.read_table(pa.BufferReader(data[".docs.parquet"]), columns=["source", "subset", "tokens"])
-                entries.append({
-                    "prefix": rel, "documents": len(index_file.sequence_lengths), "tokens": index_file.num_tokens,
-                    "by_source": by_source(side),
-                    "engine": storage.read_bytes(ctx.fs, prefix + ".engine").decode(),
-                    "sha256": {ext: hashlib.sha256(raw).hexdigest() for ext, raw in data.items()},
-                    **({"head": head} if (head := tokens_json.head_record(data[".bin"])) is not None else {}),
-                })
+                # The encode task's entry, where the files on disk are the ones it wrote (their sizes agree); else
+                # the files read through the run's filesystem (a shared disk or an object store), each once.
+                entries.append(bundle.recorded_entry(known.get(rel), sizes, prefix, itemsize)
+                               or bundle.read_entry(lambda path: storage.read_bytes(ctx.fs, path), prefix, rel))
             splits[split] = entries
         index = tokens_json.build(
             {"file": tokens_json.TOKENIZER_FILE, "sha256": tok.sha256, "vocab_size": tok.vocab_size,

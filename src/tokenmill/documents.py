@@ -1,0 +1,179 @@
+"""The document schema every stage reads and writes: Arrow columns, canonical meta, shard file I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import weakref
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+NO_SUBSET = "(none)"
+"""The subset key of documents whose source has no subset (the `subset` column is null): one owner for the literal."""
+
+SCHEMA_VERSION = 2
+"""Bump when the meaning or layout of a column changes: every stage then recomputes.
+
+2: every shard carries `text_hash`."""
+
+BASE_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("subset", pa.string()),
+        pa.field("meta", pa.string(), nullable=False),
+    ]
+)
+BASE_COLUMNS = frozenset(BASE_SCHEMA.names)
+DROP_REASON = "drop_reason"
+
+TEXT_HASH = "text_hash"
+"""xxh3-64 of the UTF-8 bytes of `text` (seed 0), as uint64. `map_phase.split_and_write` computes it from the text
+of every row it writes, kept or dropped, so no stage writes it and none can leave it stale."""
+TEXT_HASH_FIELD = pa.field(TEXT_HASH, pa.uint64(), nullable=False)
+WRITTEN_COLUMNS = frozenset({TEXT_HASH})
+"""Columns the shard writer adds to every shard of every stage, whatever the stage declares."""
+
+# Row groups of a fixed size keep the bytes of a shard independent of how it was assembled.
+ROW_GROUP_SIZE = 2048
+ZSTD_LEVEL = 3
+"""zstd level of every Parquet file the pipeline writes. Arrow's default, 1, left text at about 0.30 of its size;
+3 makes it about 0.26 (benchmarks/scale.py reports it per stage); zstd decodes as fast whatever the level."""
+NO_DICTIONARY = frozenset({"id", "text", "meta", TEXT_HASH})
+"""Columns whose values are (nearly) all distinct: a dictionary page only adds to them, and building it costs a hash
+per value. Every other column (source, subset, languages, scores that repeat) keeps Arrow's dictionary encoding."""
+
+
+def _writer_options(table: pa.Table) -> dict[str, Any]:
+    return {"compression": "zstd", "compression_level": ZSTD_LEVEL,
+            "use_dictionary": [name for name in table.column_names if name not in NO_DICTIONARY]}
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: the same value always gives the same string."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def digest(value: Any) -> str:
+    """sha256 of a value's canonical JSON: the hash used for configs and manifests."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A side table (clusters, hits, a phase's intermediate rows) as Parquet bytes (zstd), without the shard schema
+    stamp that `shard_bytes` adds; identical tables give identical bytes."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **_writer_options(table))
+    return sink.getvalue().to_pybytes()
+
+
+def shard_bytes(table: pa.Table) -> bytes:
+    """A table serialized as a Parquet shard (zstd); identical tables give identical bytes."""
+    sink = pa.BufferOutputStream()
+    metadata = dict(table.schema.metadata or {})
+    metadata[b"tokenmill.schema_version"] = str(SCHEMA_VERSION).encode()
+    pq.write_table(
+        table.replace_schema_metadata(metadata),
+        sink,
+        row_group_size=ROW_GROUP_SIZE,
+        **_writer_options(table),
+    )
+    return sink.getvalue().to_pybytes()
+
+
+_last_read: tuple[str, weakref.ref] | None = None
+"""The path `read_shard` read last in this process, and a weak reference to the table it returned."""
+
+
+def read_shard(path: str, filesystem=None) -> pa.Table:
+    """Read one Parquet shard whole (shards are sized to fit a worker's memory)."""
+    global _last_read
+    table = pq.read_table(path, filesystem=filesystem).replace_schema_metadata(None)
+    _last_read = (path, weakref.ref(table))
+    return table
+
+
+def read_rows(path: str, rows: np.ndarray, columns: list[str], filesystem=None) -> pa.Table:
+    """The given rows (ascending) of one Parquet file, only `columns` (those it has), reading only the row groups
+    that hold them: what dedup's verify and clusters and tokenize's sample read back."""
+    rows = np.asarray(rows, dtype=np.int64)
+    with (filesystem.open_input_file(path) if filesystem is not None else open(path, "rb")) as f:
+        pf = pq.ParquetFile(f)
+        meta = pf.metadata
+        starts = np.r_[0, np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])]
+        groups = np.searchsorted(starts, rows, side="right") - 1
+        wanted = np.unique(groups)
+        names = set(pf.schema_arrow.names)
+        table = pf.read_row_groups(wanted.tolist(), columns=[c for c in columns if c in names])
+    # Row r of group g sits at (rows read before g) + r - starts[g] in the table just read.
+    before = np.r_[0, np.cumsum(starts[wanted + 1] - starts[wanted])][np.searchsorted(wanted, groups)]
+    return table.take(pa.array(before + rows - starts[groups], pa.int64())).replace_schema_metadata(None)
+
+
+def last_read(path: str) -> pa.Table | None:
+    """The table `read_shard` last returned, if it read `path` and the table is still alive: what a task that
+    writes its input shard back unchanged can compare with, at no memory cost (the reference is weak)."""
+    if _last_read is None or _last_read[0] != path:
+        return None
+    return _last_read[1]()
+
+
+def utf8_lengths(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Byte length of each string, without materialising Python strings."""
+    import pyarrow.compute as pc
+
+    return pc.binary_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def column_digest(hasher, column: pa.ChunkedArray | pa.Array) -> None:
+    """Feed a string column to a hash as (lengths, bytes): independent of Arrow chunking."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+    column = column.cast(pa.large_string())
+    hasher.update(utf8_lengths(column).astype("<i8").tobytes())
+    offsets_buf, data_buf = column.buffers()[1], column.buffers()[2]
+    if data_buf is None or len(column) == 0:
+        return
+    offsets = np.frombuffer(offsets_buf, dtype="<i8")[column.offset : column.offset + len(column) + 1]
+    hasher.update(memoryview(data_buf)[offsets[0] : offsets[-1]])
+
+
+def text_hashes(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """xxh3-64 of each string's UTF-8 bytes (the `text_hash` column), hashed from Arrow's buffers, not Python strings.
+
+    A null is an error: the schema says `text` is never null, and a null would have no hash to compare.
+    """
+    import xxhash
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+    if column.null_count:
+        raise ValueError(f"{column.null_count} null text(s): `text` must be a string in every row")
+    column = column.cast(pa.large_string())
+    n = len(column)
+    if n == 0:
+        return pa.array([], pa.uint64())
+    offsets = np.frombuffer(column.buffers()[1], dtype="<i8")[column.offset : column.offset + n + 1].tolist()
+    data = memoryview(column.buffers()[2] or b"")
+    h = xxhash.xxh3_64_intdigest
+    return pa.array(np.fromiter((h(data[offsets[i] : offsets[i + 1]]) for i in range(n)), np.uint64, n), pa.uint64())
+
+
+def with_text_hash(table: pa.Table) -> pa.Table:
+    """The table with `text_hash` computed from its `text`: replaced in place when present, else appended."""
+    hashes = text_hashes(table.column("text"))
+    if TEXT_HASH in table.column_names:
+        return table.set_column(table.schema.get_field_index(TEXT_HASH), TEXT_HASH_FIELD, hashes)
+    return table.append_column(TEXT_HASH_FIELD, hashes)
+
+
+def content_hash(table: pa.Table) -> str:
+    """sha256 over the ids and texts of a table, in order: what a shard holds, not how it is encoded."""
+    h = hashlib.sha256()
+    column_digest(h, table.column("id"))
+    column_digest(h, table.column("text"))
+    return h.hexdigest()
