@@ -14,10 +14,25 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _default_signal_handlers():
+    """Every test starts with Python's own SIGINT and SIGTERM handling, as a process started from a shell does.
+
+    Tests share a worker process (pytest-xdist): a handler one test's command or Ray left installed (or SIG_IGN, which
+    every child process then inherits) made later Ctrl-C tests in that worker see no interrupt at all."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _node_caches(tmp_path_factory):
     """The loader's node caches go to folders of the test session, never to ~/.cache: verified-file markers
-    (tokenmill.loader.verify) and the streaming loader's token files (tokenmill.loader)."""
+    (tokenmill.markers) and the streaming loader's token files (tokenmill.loader)."""
     from tokenmill.loader.loader import TOKEN_CACHE_ENV
     from tokenmill.markers import VERIFIED_CACHE_ENV
 

@@ -286,7 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say("error:", "--workers: must be at least 1", "red")
         return 2
     signals = (signal.SIGINT,) if args.command == "train" else (signal.SIGINT, signal.SIGTERM)  # train's launcher
-    previous = {signum: signal.getsignal(signum) for signum in signals}  # forwards its own to the ranks
+    # forwards its own SIGTERM to the ranks. Both are put back at the end: `_interrupted` ignores both while it
+    # cleans up, and a caller embedding main() (a test, a notebook) keeps its own handling afterwards.
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     interrupted = _count_interrupts(signals)
     try:
         code = _run_command(args, interrupted)
