@@ -636,24 +636,6 @@ def test_a_refused_non_tensor_value_says_what_torch_refused_without_its_advice_t
     assert not ran.exists() and state["m"]["lr"] == 0.0  # nor was step 1's
 
 
-def _refusing_worker(rank: int, world_size: int, store_path: str, root: str) -> None:
-    import torch.distributed as dist
-
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank, world_size=world_size)
-    try:
-        state = {"m": {"w": torch.zeros(4), "lr": 0.0}}
-        try:
-            loaded = CheckpointManager(root).load(state)
-            said = f"loaded step {loaded.step}"
-        except CheckpointError as e:
-            said = f"{type(e).__name__}: {e}"
-        Path(root, f"rank{rank}.txt").write_text(said)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.slow  # two processes: about 15 s on two busy cores
 def test_two_ranks_that_refuse_a_non_tensor_value_both_stop(tmp_path):
     """The refused value is met by every rank inside DCP's load, each rank's refusal crossing to the others pickled in
