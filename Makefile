@@ -39,7 +39,7 @@ golden: $(STAMP)
 	$(BIN)/python -m tokenmill.manifests.golden write build/golden/run --dest manifests
 
 # Tests run in parallel (pytest-xdist: a process per core, each with its own Ray cluster; a test file's tests stay in
-# one process, so its module fixtures are built once): about 12 minutes on the 2-core development machine, 30 in one
+# one process, so its module fixtures are built once): about 15 minutes on the 2-core development machine (1,802 tests), 30 in one
 # process (TEST_WORKERS=0).
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
