@@ -254,6 +254,53 @@ def test_rollback_loads_healthy_and_discards_newer(tmp_path):
     assert _same_params(model, _trained(seed=5)[0])
 
 
+def test_a_rollback_load_without_a_usable_healthy_checkpoint(tmp_path):
+    """What ``restore.rollback`` relies on, having no ``latest()`` of its own (every rank hashed every file there):
+    None when no healthy checkpoint is committed, the damage named when the healthy ones all fail verification, never
+    a newer one that is not marked healthy."""
+    mgr = CheckpointManager(tmp_path, keep=5)
+    _save(mgr, 1)
+    model, opt, _ = _trained(seed=9)
+    assert mgr.load(_app(model, opt), healthy_only=True) is None
+    _save(mgr, 2, healthy=True)
+    _save(mgr, 3)
+    (tmp_path / "step-000000002" / "__0_0.distcp").unlink()
+    with pytest.raises(CheckpointError, match=r"could be loaded:\n  step-000000002: __0_0.distcp is missing\nfix"):
+        mgr.load(_app(model, opt), healthy_only=True)
+
+
+def test_a_save_in_a_process_group_tells_the_watchdog_where_it_waits(tmp_path, monkeypatch):
+    """Each wait of a save, a load and a discard for the other ranks is a progress point of the hang watchdog (a rank
+    stuck in a save has fewer, and is named behind); a group of one runs the same collectives."""
+    import torch.distributed as dist
+
+    from tokenmill.train.watchdog import Progress
+
+    class Recorded(Progress):
+        def __init__(self) -> None:
+            super().__init__()
+            self.phases: list[str] = []
+
+        def enter(self, phase: str) -> None:
+            super().enter(phase)
+            self.phases.append(phase)
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        progress = Recorded()
+        mgr = CheckpointManager(tmp_path / "ckpt", progress=progress)
+        model, opt, _ = _trained()
+        mgr.save(4, _app(model, opt), healthy=True)
+        saved = ["checkpoint: folder made", "checkpoint: shards written", "checkpoint: committed", "checkpoint: pruned"]
+        assert progress.phases == saved and progress.ticks == 2 * len(saved)
+        assert progress.collective["name"] == "checkpoint: pruned"
+        assert mgr.load(_app(model, opt)).step == 4
+        assert mgr.discard_after(4) == []
+        assert progress.phases[len(saved):] == ["checkpoint step 4 verified", "checkpoints after step 4 discarded"]
+    finally:
+        dist.destroy_process_group()
+
 def test_metadata_is_not_unpickled_freely(tmp_path):
     """A ``.metadata`` that would call an arbitrary global is refused, even if the marker matches, and the load stops
     there (an altered checkpoint, not a damaged one) instead of falling back to an older one of the same hand."""
@@ -424,28 +471,39 @@ CRAFTED = {
 }
 
 
-@pytest.mark.parametrize("crafted", CRAFTED)
-def test_a_crafted_metadata_stops_the_load_naming_the_file_and_never_falls_back(tmp_path, crafted):
-    """What DCP never writes, though no global outside the allow-list is named: refused like a global (the run
-    stops, naming the file and what it holds), never taken for damage, which would load the older checkpoint of the
-    same hand."""
+def _crafted_newest(tmp_path: Path, crafted: str) -> tuple[CheckpointManager, Path, Path, str]:
+    """Checkpoints 1 and 2, the newest's ``.metadata`` replaced by ``CRAFTED[crafted]`` (and recommitted): the manager,
+    that checkpoint, its ``.metadata`` and what the refusal says it holds."""
     mgr = CheckpointManager(tmp_path)
     _save(mgr, 1)
     _save(mgr, 2)
     bad = tmp_path / "step-000000002"
     make, what = CRAFTED[crafted]
-    target = _recommit(bad, ".metadata", make((bad / ".metadata").read_bytes()))
-    model, opt, _ = _trained(seed=9)
-    untouched = {k: v.clone() for k, v in model.state_dict().items()}
+    return mgr, bad, _recommit(bad, ".metadata", make((bad / ".metadata").read_bytes())), what
+
+
+def _refused_load(mgr: CheckpointManager, model: nn.Module, opt: torch.optim.Optimizer) -> UntrustedCheckpointError:
+    """The error of a load that must be refused, once checked that no path of the process was hijacked on the way."""
     with paths_put_back(), pytest.raises(CheckpointError) as raised:
         try:
             mgr.load(_app(model, opt))
         finally:
             hijacked = str(pathlib.Path("x"))
-    assert hijacked == "x"
-    assert type(raised.value) is UntrustedCheckpointError
-    assert str(raised.value).startswith(f"checkpoint {bad} is not safe to load: {target} {what}, which DCP never "
-                                        "writes; it was refused and nothing in the file was run. ")
+    assert hijacked == "x" and type(raised.value) is UntrustedCheckpointError
+    return raised.value
+
+
+@pytest.mark.parametrize("crafted", CRAFTED)
+def test_a_crafted_metadata_stops_the_load_naming_the_file_and_never_falls_back(tmp_path, crafted):
+    """What DCP never writes, though no global outside the allow-list is named: refused like a global (the run
+    stops, naming the file and what it holds), never taken for damage, which would load the older checkpoint of the
+    same hand."""
+    mgr, bad, target, what = _crafted_newest(tmp_path, crafted)
+    model, opt, _ = _trained(seed=9)
+    untouched = {k: v.clone() for k, v in model.state_dict().items()}
+    refused = _refused_load(mgr, model, opt)
+    assert str(refused).startswith(f"checkpoint {bad} is not safe to load: {target} {what}, which DCP never "
+                                   "writes; it was refused and nothing in the file was run. ")
     assert all(torch.equal(v, untouched[k]) for k, v in model.state_dict().items())  # step 1 was not loaded
     with pytest.raises(UntrustedCheckpointError):  # latest() stops there too, as its docstring says
         mgr.latest()
@@ -678,18 +736,7 @@ def test_the_public_reader_never_reads_a_shard_outside_its_folder(tmp_path):
 def test_a_metadata_crafted_after_its_verification_still_stops_the_load(tmp_path, monkeypatch, crafted):
     """The file changes between verify() and DCP's load (verification passed, as it did before the change): DCP
     turns the reader's refusal into an AssertionError holding its text; the manager asks the reader, and stops."""
-    mgr = CheckpointManager(tmp_path)
-    _save(mgr, 1)
-    _save(mgr, 2)
-    bad = tmp_path / "step-000000002"
-    make, what = CRAFTED[crafted]
-    target = _recommit(bad, ".metadata", make((bad / ".metadata").read_bytes()))
+    mgr, _, target, what = _crafted_newest(tmp_path, crafted)
     monkeypatch.setattr(CheckpointManager, "verify", lambda self, path: None)
     model, opt, _ = _trained(seed=9)
-    with paths_put_back(), pytest.raises(CheckpointError) as raised:
-        try:
-            mgr.load(_app(model, opt))
-        finally:
-            hijacked = str(pathlib.Path("x"))
-    assert hijacked == "x" and type(raised.value) is UntrustedCheckpointError
-    assert f"{target} {what}, which DCP never writes" in str(raised.value)
+    assert f"{target} {what}, which DCP never writes" in str(_refused_load(mgr, model, opt))

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from tokenmill.errors import ConfigError
 from tokenmill.train.config import parse_train_config
+from tokenmill.train.errors import EveryRankError
 from tokenmill.train.faults import ENV, FaultPlan, TrainFaults, poison_tokens
 from tokenmill.train.trainer import Trainer
 from tests.train.runs import config, env, metrics, write_config, write_tokens
@@ -112,6 +113,19 @@ def test_one_rank_run_with_a_nan_gradient_is_flagged_and_rolled_back(tmp_path, m
     assert events[0]["rank"] == 0 and events[0]["metrics"]["grad_norm_local"]["rule"] == "non_finite"
     assert events[1]["rule"] == "non_finite_grad_norm"
 
+
+def test_a_spike_before_the_first_checkpoint_stops_the_run_saying_there_is_none(tmp_path, monkeypatch):
+    """A spike with no healthy checkpoint yet: nothing to roll back to; the run stops (every rank) naming the step,
+    the reason and where the first checkpoint comes."""
+    tokens = write_tokens(tmp_path / "tokens")
+    plan = tmp_path / "faults.json"
+    plan.write_text(json.dumps({"grad": {"rank": 0, "step": 2, "kind": "nan"}, "log": str(tmp_path / "log")}))
+    monkeypatch.setenv(ENV, str(plan))
+    out = tmp_path / "run"
+    with pytest.raises(EveryRankError, match=r"^step 2: .*; no healthy checkpoint to roll back to \(the first is "
+                                             r"written at step 3\)$"):
+        Trainer(parse_train_config(config(tokens, out, steps=4, checkpoint_every=3, eval_every=0))).run()
+    assert not (out / "checkpoints").exists() or not list((out / "checkpoints").iterdir())
 
 def test_a_sleeping_rank_stops_at_its_step(tmp_path):
     """Rank 1 sleeps at the start of step 3 for good: it said so, rank 0 waits in the step's collectives, no step 3

@@ -78,7 +78,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -104,6 +104,9 @@ from tokenmill.train.atomic import fsync_dir, write_atomic
 from tokenmill.train.distributed import barrier, from_rank0, group_active, group_rank, group_size
 from tokenmill.train.errors import DiskFullError, EveryRankError, disk_full_message, error_chain, free_bytes, full_errno
 from tokenmill.train.safe_unpickle import RefusedPickle, load_metadata
+
+if TYPE_CHECKING:
+    from tokenmill.train.watchdog import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -354,14 +357,18 @@ class CheckpointManager:
             when it is older than those).
         hash_files: record and verify a sha256 per file. Costs one read of the checkpoint on rank 0
             at save and at load; with it off, only presence and byte sizes are checked.
+        progress: this rank's :class:`~tokenmill.train.watchdog.Progress`: each wait for the other ranks (the shards
+            written, rank 0's commit or verification) is a phase the hang watchdog reports, so a rank stuck in a
+            save is named as the one behind.
     """
 
-    def __init__(self, root: Path | str, keep: int = 3, *, hash_files: bool = True):
+    def __init__(self, root: Path | str, keep: int = 3, *, hash_files: bool = True, progress: Progress | None = None):
         if keep < 1:
             raise ValueError(f"keep={keep}: keep at least 1 checkpoint")
         self.root = Path(root)
         self.keep = keep
         self.hash_files = hash_files
+        self.progress = progress
 
     # ---- paths and listing
 
@@ -498,7 +505,8 @@ class CheckpointManager:
                 self._clean_leftovers()
             except OSError as e:
                 ready = e
-        token, unready = from_rank0((uuid.uuid4().hex, ready is not None) if rank == 0 else None)
+        token, unready = from_rank0((uuid.uuid4().hex, ready is not None) if rank == 0 else None, self.progress,
+                                    "checkpoint: folder made")
         tmp = self.root / f".tmp-step-{step:09d}-{token}"
         final = self.path_for(step)
         if unready:
@@ -509,7 +517,7 @@ class CheckpointManager:
                 dcp.save(dict(app_state), checkpoint_id=tmp, no_dist=not group_active())
         except CheckpointException as e:  # a BaseException in DCP, raised on every rank; an ordinary error here
             self._fail(step, tmp, e, f"DCP save failed: {_describe(e)}")
-        barrier()  # every rank's shards are on disk
+        barrier(self.progress, "checkpoint: shards written")  # every rank's shards are on disk
 
         error: Exception | None = None
         if rank == 0:
@@ -517,11 +525,11 @@ class CheckpointManager:
                 self._commit(step, tmp, final, healthy, extra_json)
             except Exception as e:  # noqa: BLE001 - reported to every rank below (and logged by _fail)
                 error = e
-        if from_rank0(error is not None):
+        if from_rank0(error is not None, self.progress, "checkpoint: committed"):
             self._fail(step, tmp, error, f"{type(error).__name__}: {error}" if error is not None else "")
         if rank == 0:
             self._prune()
-        barrier()
+        barrier(self.progress, "checkpoint: pruned")
         return final
 
     def _fail(self, step: int, tmp: Path, error: BaseException | None, what: str) -> NoReturn:
@@ -660,7 +668,7 @@ class CheckpointManager:
                     self._delete(entry)
                     gone.append(int(m.group(1)))
         gone = from_rank0(gone)
-        barrier()
+        barrier(self.progress, f"checkpoints after step {step} discarded")
         return gone
 
     # ---- load
@@ -703,7 +711,7 @@ class CheckpointManager:
                     reason = self.verify(info.path)
                 except UntrustedCheckpointError as e:
                     untrusted = str(e)
-            reason, untrusted = from_rank0((reason, untrusted))
+            reason, untrusted = from_rank0((reason, untrusted), self.progress, f"checkpoint step {info.step} verified")
             if reason is None and untrusted is None:
                 reader = SafeReader(info.path)
                 try:

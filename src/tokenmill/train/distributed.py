@@ -4,6 +4,8 @@ process on its own, with no process group at all (so no port: gloo would listen 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +36,8 @@ class Distributed:
         if self.world_size == 1:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        self.progress.enter(name)
-        dist.all_reduce(t)
-        self.progress.collective_done(name)
+        with _reported(self.progress, name):
+            dist.all_reduce(t)
         return (t / self.world_size).tolist()
 
     def close(self) -> None:
@@ -59,23 +60,32 @@ def group_size() -> int:
     return dist.get_world_size() if group_active() else 1
 
 
-def barrier(progress: Progress | None = None, name: str = "barrier") -> None:
-    """Wait for every rank (a no-op without a process group); `progress`: the phase the hang watchdog reports."""
-    if not group_active():
-        return
+@contextmanager
+def _reported(progress: Progress | None, name: str) -> Iterator[None]:
+    """A collective as a progress point for the hang watchdog: entered (a rank that never arrives has fewer points),
+    then done."""
     if progress is not None:
         progress.enter(name)
-    dist.barrier()
+    yield
     if progress is not None:
         progress.collective_done(name)
 
 
-def from_rank0(obj: Any) -> Any:
-    """``obj`` as rank 0 has it (a no-op without a process group)."""
+def barrier(progress: Progress | None = None, name: str = "barrier") -> None:
+    """Wait for every rank (a no-op without a process group); `progress`: the phase the hang watchdog reports."""
+    if not group_active():
+        return
+    with _reported(progress, name):
+        dist.barrier()
+
+
+def from_rank0(obj: Any, progress: Progress | None = None, name: str = "broadcast") -> Any:
+    """``obj`` as rank 0 has it (a no-op without a process group); `progress`: as for :func:`barrier`."""
     if not group_active():
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    with _reported(progress, name):
+        dist.broadcast_object_list(box, src=0)
     return box[0]
 
 

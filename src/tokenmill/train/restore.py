@@ -109,11 +109,12 @@ def rollback(run: Run, verdict: Verdict, row: dict[str, Any]) -> int:
     rate and the offending global batches skipped through the loader, written to events.jsonl with their
     documents; the step it went back to."""
     documents = _documents(run.loader, row["batch"]) if run.d.main else []
-    healthy = run.checkpoints.latest(healthy_only=True)
-    if healthy is None:
+    # load() verifies on rank 0 alone and broadcasts its verdict (hashing every file once); None: no healthy
+    # checkpoint is committed. Healthy ones that all fail verification raise its CheckpointError, naming each.
+    loaded = run.checkpoints.load(run.app_state(), healthy_only=True)
+    if loaded is None:
         raise EveryRankError(f"step {verdict.step}: {verdict.reason}; no healthy checkpoint to roll back to "
                              f"(the first is written at step {run.cfg.checkpoint_every})")
-    loaded = run.checkpoints.load(run.app_state(), healthy_only=True)
     plan = run.guard.plan_rollback(verdict, loaded.step, loaded.extra.get("guard"))
     run.checkpoints.discard_after(loaded.step)
     # The steps after the checkpoint (the spike's included) were undone: their rows say so.

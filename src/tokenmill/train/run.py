@@ -111,7 +111,7 @@ class Run:
         self.local_loss = math.nan
         self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
                                            eps=cfg.eps)
-        self.checkpoints = CheckpointManager(self.out / "checkpoints", keep=cfg.keep_checkpoints)
+        self.checkpoints = CheckpointManager(self.out / "checkpoints", keep=cfg.keep_checkpoints, progress=d.progress)
         self.guard = DivergenceGuard(cfg.guard)
         self.flops_per_token = self.model.flops_per_token(cfg.seq_len)
         self.peak = peak_tflops(d.device, cfg.peak_tflops)
