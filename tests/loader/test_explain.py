@@ -172,3 +172,37 @@ def test_previews_come_only_from_the_recorded_tokenizer(tmp_path):
         str(tokenizer))
     with pytest.raises(DataError, match=r"tokenizer\.json: sha256 .* differs from .* recorded in tokens\.json"):
         explain_batch(TokenLoader([path], seq_len=SEQ, global_batch_size=4), 0)
+
+
+def test_explain_on_a_verifying_loader_hashes_no_file_it_verified(tmp_path, monkeypatch):
+    """The trainer explains a batch with its own loader at a rollback (`train.restore`): files that loader's check
+    verified are taken from its verifier, not hashed again (before: hashed once more per explain call when the
+    node keeps no markers, `TOKENMILL_VERIFIED_CACHE=off`). A file changed since is still refused, naming it."""
+    from pathlib import Path
+
+    from tokenmill.loader import verify
+    from tokenmill.tokenize.indexed import IndexedReader, build_index
+
+    monkeypatch.setenv("TOKENMILL_VERIFIED_CACHE", "off")
+    hashed: list[str] = []
+    real = verify.file_sha256
+    monkeypatch.setattr(verify, "file_sha256", lambda path: hashed.append(Path(path).name) or real(path))
+    path = write_dataset(tmp_path, {"alpha": labelled_docs(30, np.random.default_rng(4), min_len=8)},
+                         files_per_source=1)  # every batch reads alpha.0000
+    loader = TokenLoader([path], seq_len=SEQ, global_batch_size=4)
+    loader.verifier.wait()
+    assert sorted(hashed) == ["alpha.0000.bin", "alpha.0000.idx"]
+    hashed.clear()
+    assert explain_batch(loader, 0) and explain_batch(loader, 1) and hashed == []
+    loader.close()
+    # A changed .idx (a boundary moved, same size): the verifier of a fresh loader refuses it, naming it.
+    idx_path = tmp_path / "train" / "alpha.0000.idx"
+    reader = IndexedReader(idx_path)
+    lengths = reader.sequence_lengths.astype(np.int64).copy()
+    lengths[0], lengths[1] = lengths[0] + 3, lengths[1] - 3
+    del reader
+    idx_path.write_bytes(build_index(np.dtype(np.uint16), lengths))
+    again = TokenLoader([path], seq_len=SEQ, global_batch_size=4)
+    with pytest.raises(DataError, match=r"alpha\.0000\.idx: sha256 .* differs from .* recorded in tokens\.json"):
+        explain_batch(again, 0)
+    again.close()

@@ -102,12 +102,13 @@ def tokenizer(run=None):
 def verify_token_files(run=None, on_file=None) -> list[dict]:
     """Every file ``tokens.json`` records, hashed again: the tokenizer, and per split each ``.bin``, ``.idx`` and
     ``.docs.parquet``. Markers of earlier checks (``tokenmill.loader.verify``) are ignored, and refreshed for the files
-    that match, so a training run on this node then starts without hashing them. Each row: split, file, bytes, ok,
-    error, seconds; ``on_file(row)`` is called after each.
+    that match, so a training run on this node then starts without hashing them. A file whose sha256 the index does
+    not record is a failed row too (``recorded`` false), named as the loader names it when it refuses such a file.
+    Each row: split, file, bytes, ok, recorded, error, seconds; ``on_file(row)`` is called after each.
     """
     import time
 
-    from tokenmill.loader.verify import Check, verify_file
+    from tokenmill.loader.verify import Check, require_recorded, verify_file
     from tokenmill.markers import markers_dir
 
     index = _index(run)
@@ -115,12 +116,14 @@ def verify_token_files(run=None, on_file=None) -> list[dict]:
     checks = [("-", Check(index.tokenizer_path, str(index.tokenizer.get("sha256", ""))))]
     for split, entry in index.splits.items():
         for f in entry["files"]:
-            for ext, sha in sorted(f["sha256"].items()):
-                checks.append((split, Check(folder / (f["prefix"] + ext), sha)))
+            for ext in sorted(bundle.HASHED):
+                checks.append((split, Check(folder / (f["prefix"] + ext), f["sha256"].get(ext, ""))))
     cache, rows = markers_dir(), []
     for split, check in checks:
         t0 = time.perf_counter()
         try:
+            # Nothing recorded: the loader's refusal, naming the index and the file.
+            require_recorded(index.path, [str(check.path)] if not check.sha256 else [], allow=False)
             # Token files get a marker; the tokenizer is read by `tokens stats`, which hashes it every time.
             verify_file(check, cache if check.path.suffix in (bundle.BIN, bundle.IDX) else None, use_markers=False)
             error = None
@@ -128,7 +131,7 @@ def verify_token_files(run=None, on_file=None) -> list[dict]:
             error = str(err)
         size = check.path.stat().st_size if check.path.is_file() else None
         rows.append({"split": split, "file": str(check.path.relative_to(folder)), "bytes": size, "ok": error is None,
-                     "error": error, "seconds": round(time.perf_counter() - t0, 3)})
+                     "recorded": bool(check.sha256), "error": error, "seconds": round(time.perf_counter() - t0, 3)})
         if on_file is not None:
             on_file(rows[-1])
     return rows

@@ -129,20 +129,25 @@ def _sidecar(stream, f, index: str, allow_unhashed: bool) -> dict[str, list]:
 
 def _check_local(loader: TokenLoader, s: int, files, checked: set) -> None:
     """The local token files ``files`` of stream ``s`` checked against their recorded sha256 before explain reads
-    them (their ``.idx`` maps tokens to documents), as the loader checks them (`verify.verify_file`, the node's
-    markers: free when a loader of this node verified them); remote files are checked by the cache as pinned."""
+    them (their ``.idx`` maps tokens to documents), as the loader checks them; remote files are checked by the cache
+    as pinned. A loader that verifies (the trainer's, at a rollback) is asked through its own verifier: a file its
+    thread or a batch already verified is not hashed again, markers or not. Otherwise each file goes through
+    `verify.verify_file` with the node's markers (free when a loader of this node verified it)."""
     stream = loader.streams[s]
-    if stream.fetcher is not None:
+    todo = [i for i in files if (s, i) not in checked]
+    if stream.fetcher is not None or not todo:
         return
-    for i in files:
-        if (s, i) in checked:
-            continue
-        f = stream.files[i]
-        require_recorded(loader.paths[stream.dataset], unhashed(f), loader.allow_unhashed)
-        for ext, sha in ((".bin", f.sha256), (".idx", f.idx_sha256)):
-            if sha:
-                verify_file(Check(Path(f"{f.prefix}{ext}"), sha), markers_dir())
-        checked.add((s, i))
+    if loader.verifier is not None:  # it refused unhashed files when built (`TokenLoader._require_hashes`)
+        loader.verifier.require(loader._group_base[s] + i for i in todo)
+    else:
+        markers = markers_dir()
+        for i in todo:
+            f = stream.files[i]
+            require_recorded(loader.paths[stream.dataset], unhashed(f), loader.allow_unhashed)
+            for ext, sha in ((bundle.BIN, f.sha256), (bundle.IDX, f.idx_sha256)):
+                if sha:
+                    verify_file(Check(Path(f"{f.prefix}{ext}"), sha), markers)
+    checked.update((s, i) for i in todo)
 
 
 def explain_batch(loader: TokenLoader, batch: int, preview_chars: int = 80) -> list[dict[str, Any]]:

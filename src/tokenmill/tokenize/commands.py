@@ -89,15 +89,20 @@ def tokens_verify(args: argparse.Namespace) -> int:
 
     def show(row: dict) -> None:
         if not row["ok"] or args.verbose:
-            print(f"{'ok' if row['ok'] else 'MISMATCH':8} {row['file']}" + ("" if row["ok"] else f": {row['error']}"),
-                  file=sys.stderr)
+            label = "ok" if row["ok"] else "MISMATCH" if row["recorded"] else "UNHASHED"
+            print(f"{label:8} {row['file']}" + ("" if row["ok"] else f": {row['error']}"), file=sys.stderr)
 
     rows = verify_token_files(args.run, on_file=show)
-    bad = [r["file"] for r in rows if not r["ok"]]
+    bad = [r["file"] for r in rows if not r["ok"] and r["recorded"]]
+    unhashed = [r["file"] for r in rows if not r["recorded"]]
     size = sum(r["bytes"] or 0 for r in rows)
     seconds = sum(r["seconds"] for r in rows)
-    print(f"{len(rows) - len(bad)} of {len(rows)} files match tokens.json ({size / 1e6:,.1f} MB in {seconds:.1f} s)")
-    if bad:
-        raise TokenmillError(f"{len(bad)} files differ from the sha256 tokens.json records: {', '.join(bad[:10])}"
-                             f"{' ...' if len(bad) > 10 else ''}; restore them or rerun the tokenize stage")
+    print(f"{len(rows) - len(bad) - len(unhashed)} of {len(rows)} files match tokens.json "
+          f"({size / 1e6:,.1f} MB in {seconds:.1f} s)")
+    problems = [f"{len(names)} files {what}: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}"
+                for names, what in ((bad, "differ from the sha256 tokens.json records"),
+                                    (unhashed, "have no sha256 in tokens.json, so nothing can check them"))
+                if names]
+    if problems:
+        raise TokenmillError(f"{'; '.join(problems)}; restore them or rerun the tokenize stage")
     return 0
