@@ -104,6 +104,33 @@ def test_text_fields_and_the_record_cap(tmp_path):
     assert [r.text for r in joined[1:]] == ["B\n\nshort", "only a body"]
 
 
+def test_a_file_of_one_record_batch_is_made_python_rows_a_slice_at_a_time(tmp_path):
+    """A writer may put a whole file in one record batch (polars writes one per chunk): its rows were all made Python
+    objects at once, before the first record; now `rows.ROWS` at a time. The same records, a bounded peak."""
+    import tracemalloc
+
+    from tokenmill.readers import rows as rows_module
+
+    n = 20_000
+    table = pa.table({"id": [f"d{i}" for i in range(n)], "text": [f"document {i} " + "x" * 500 for i in range(n)]})
+    with ipc.new_file(tmp_path / "one.arrow", table.schema) as writer:
+        writer.write_batch(table.combine_chunks().to_batches()[0])
+    assert ipc.open_file(tmp_path / "one.arrow").num_record_batches == 1
+    source = SourceConfig(name="hf", format="arrow", paths=["x"], id_field="id")
+    tracemalloc.start()
+    try:
+        count = 0
+        for record in READERS["arrow"].read(str(tmp_path / "one.arrow"), source, "hf:one.arrow"):
+            assert (record.index, record.id, record.drop) == (count, f"d{count}", None)
+            count += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == n
+    whole = n * 500  # the batch's texts alone, as Python strings
+    assert peak < whole / 4 and rows_module.ROWS * 500 < peak, f"peak {peak:,} bytes"
+
+
 def _stream_bytes(n: int) -> bytes:
     sink = pa.BufferOutputStream()
     table = pa.Table.from_pylist(rows(n))

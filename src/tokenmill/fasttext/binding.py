@@ -89,13 +89,13 @@ def fasttext_distribution() -> dict[str, str]:
     return {"name": "unknown", "version": "unknown"}
 
 
-def load_model(path: str | Path, sha256: str | None = None) -> Any:
+def load_model(path: str | Path, sha256: str | None = None, *, hashed: bool = False) -> Any:
     """The fastText classifier at `path`, loaded by path (nothing is downloaded) after its file is checked, and
     returned only once the binding read the file's labels and passed the self-test. With `sha256`, the file must
-    hold those bytes (`check_file`). Raises ConfigError (a ModelFileError for the file itself) naming the file;
-    FastTextUnavailable when the binding is not usable."""
+    hold those bytes (`check_file`; `hashed`: the caller just hashed it). Raises ConfigError (a ModelFileError for
+    the file itself) naming the file; FastTextUnavailable when the binding is not usable."""
     path = str(path)
-    info = check_file(path, sha256)  # before fastText reads a byte: it believes whatever the file holds
+    info = check_file(path, sha256, hashed=hashed)  # before fastText reads a byte: it believes whatever the file holds
     fasttext = fasttext_module()
     try:
         model = fasttext.load_model(path)
@@ -111,11 +111,14 @@ def load_model(path: str | Path, sha256: str | None = None) -> Any:
     return model
 
 
-def check_file(path: str, sha256: str | None = None) -> ModelFile:
+def check_file(path: str, sha256: str | None = None, *, hashed: bool = False) -> ModelFile:
     """The model file at `path`, checked in full (`read_model_file`). With `sha256`, the bytes the caller expects:
     when a marker shows this node checked the file in full as it is now (same inode, size, mtime, ctime and sha256),
     only its header, dictionary and size are read again; else the file must hash to `sha256`, is checked in full,
-    and leaves a marker (one process of the node at a time: the others wait for its marker)."""
+    and leaves a marker (one process of the node at a time: the others wait for its marker).
+
+    `hashed`: the caller hashed the file just now to get `sha256` (the driver's validation), so it is not hashed a
+    second time. A write after that hash leaves a marker under a sha256 no later hash of the file gives: harmless."""
     if sha256 is None:
         return read_model_file(path)
     cache = markers_dir()
@@ -125,8 +128,7 @@ def check_file(path: str, sha256: str | None = None) -> ModelFile:
     with check_marker.exclusive(description, cache):
         if check_marker.marked(description, cache):  # another worker of this node checked it meanwhile
             return _checked_before(path)
-        digest = file_sha256(path)
-        if digest != sha256:
+        if not hashed and (digest := file_sha256(path)) != sha256:
             raise ModelFileError(f"{path} changed since this run checked it: its sha256 is {digest[:12]}..., the run "
                                  f"started with {sha256[:12]}... (its stage identity records that model). Put the "
                                  f"model the run started with back, or run again to score with this one")

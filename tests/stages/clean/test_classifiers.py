@@ -268,6 +268,35 @@ def test_a_worker_takes_the_drivers_check_and_refuses_a_model_changed_since(trai
     assert weights_read == []  # refused by its sha256, before any check or fastText read it
 
 
+def test_validation_hashes_a_model_once_and_leaves_the_marker_a_worker_takes(trained, tmp_path, monkeypatch):
+    """The first validation of a model hashed it twice: `classifiers.problems` for its sha256, then the full check
+    again to compare it with that same sha256. Once now; the marker it leaves is the one a worker's check finds."""
+    from tokenmill.digest import file_sha256
+    from tokenmill.fasttext import binding
+    from tokenmill.stages.clean import classifiers
+
+    root, _ = trained
+    shutil.copytree(root / "model", tmp_path / "model")
+    model = tmp_path / "model" / "model.bin"
+    monkeypatch.setenv("TOKENMILL_VERIFIED_CACHE", str(tmp_path / "markers"))
+    hashed: list[str] = []
+
+    def spy(path):
+        hashed.append(str(path))
+        return file_sha256(path)
+
+    monkeypatch.setattr(binding, "file_sha256", spy)
+    monkeypatch.setattr(classifiers, "file_sha256", spy)
+    parse_config(_run_config(tmp_path, {"classifiers": [_hq()]}), tmp_path)
+    assert hashed == [str(model)]
+    weights_read: list[bool] = []
+    check = binding.read_model_file
+    monkeypatch.setattr(binding, "read_model_file",
+                        lambda path, weights=True: weights_read.append(weights) or check(path, weights=weights))
+    binding.check_file(str(model), file_sha256(model))  # a worker given the sha256 the driver recorded
+    assert weights_read == [False] and hashed == [str(model)]  # the marker vouched: no hash, no pass over weights
+
+
 def test_a_config_without_classifiers_dumps_and_declares_as_before(tmp_path):
     """The identity of every earlier run (resume keys, golden manifests) does not move."""
     assert "classifiers" not in CleanConfig().model_dump(mode="json")

@@ -130,14 +130,14 @@ class Classifier:
     """`PrepareOptions`."""
 
 
-def load(path: str, sha256: str | None = None) -> Classifier:
-    """The model at `path`, checked (with `sha256`: holding those bytes, `fasttext.binding.check_file`), and its
-    preparation (`classifier/sidecar.py`); raises ConfigError naming the file."""
+def load(path: str, sha256: str | None = None, *, hashed: bool = False) -> Classifier:
+    """The model at `path`, checked (with `sha256`: holding those bytes, `fasttext.binding.check_file`; `hashed`:
+    the caller just hashed it), and its preparation (`classifier/sidecar.py`); raises ConfigError naming the file."""
     from tokenmill.classifier.sidecar import preparation
     from tokenmill.fasttext.binding import load_model
 
     options, _ = preparation(path, sha256)
-    return Classifier(load_model(path, sha256), options)
+    return Classifier(load_model(path, sha256, hashed=hashed), options)
 
 
 def load_preparation(path: str) -> Any:
@@ -159,7 +159,7 @@ def problems(config: Any, resolve_path: Callable[[str], Any]) -> list[str]:
         path = str(resolve_path(c.model))
         if path not in models:
             try:
-                models[path] = load(path, file_sha256(path)).model
+                models[path] = load(path, file_sha256(path), hashed=True).model  # hashed once, here
             except ConfigError as err:
                 models[path] = None
                 out.append(f"stages.clean.{key}.model: {err}")
