@@ -15,18 +15,29 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
-def _default_signal_handlers():
+def _default_signal_handlers(request):
     """Every test starts with Python's own SIGINT and SIGTERM handling, as a process started from a shell does.
 
     Tests share a worker process (pytest-xdist): a handler one test's command or Ray left installed (or SIG_IGN, which
-    every child process then inherits) made later Ctrl-C tests in that worker see no interrupt at all."""
+    every child process then inherits) made later Ctrl-C tests in that worker see no interrupt at all. A test that
+    leaves either changed is named in a warning (the next test starts clean regardless), so the leak can be found
+    and fixed where it is made."""
     import signal
     import threading
+    import warnings
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    for signum, handler in defaults.items():
+        signal.signal(signum, handler)
     yield
+    # None: a handler installed outside Python (Ray's C++ SIGTERM handler).
+    left = {signal.Signals(s).name: signal.getsignal(s) for s, handler in defaults.items()
+            if signal.getsignal(s) is not handler}
+    if left:
+        warnings.warn(f"{request.node.nodeid} left signal handlers changed: {left}", stacklevel=1)
 
 
 @pytest.fixture(autouse=True, scope="session")

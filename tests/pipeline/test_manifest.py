@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pyarrow as pa
@@ -65,3 +66,26 @@ def test_undeclared_reason_and_lost_input_are_caught():
     upstream = build_content("ingest", {}, {}, [entry("a", "x", 9, 6, {"r": 3})])
     with pytest.raises(ManifestError, match="read 5 documents, input stage kept 6"):
         check_conservation(content, ["r"], upstream)
+
+
+def test_the_run_summary_reads_the_manifests_of_an_object_store_output(capsys):
+    """`tokenmill run`'s summary reads each stage's manifest on the run folder's filesystem: with an `s3://` output
+    its path is a key in the bucket, which the summary once opened on local disk and so showed no drop table."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs as pafs
+
+    from tokenmill.pipeline import storage
+    from tokenmill.pipeline.commands import print_summary
+
+    fs = pafs._MockFileSystem()  # not a LocalFileSystem: a bucket's keys
+    content = {"drop_table": {"too_short": {"books_en": {"docs": 3, "percent": 30.0}}}, "by_source": {},
+               "shards": [{"errors": ["books_en.jsonl:3: not JSON"]}], "report": {"summary": ["a report line"]}}
+    storage.write_bytes(fs, "runs/demo/clean/manifest.json", json.dumps({"content": content}).encode())
+    report = SimpleNamespace(stage="clean", status="ran", tasks_run=1, tasks_skipped=0, seconds=1.0,
+                             totals={"docs_in": 10, "docs_out": 7, "bytes_out": 100},
+                             manifest="runs/demo/clean/manifest.json")
+    print_summary([report], fs)
+    out = capsys.readouterr().out
+    for literal in ("clean: dropped documents", "too_short", "books_en.jsonl:3: not JSON", "a report line"):
+        assert literal in out, literal

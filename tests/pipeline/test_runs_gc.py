@@ -281,3 +281,22 @@ def test_a_superseded_output_whose_manifest_points_outside_is_never_restored(ray
     with caplog.at_level("WARNING", logger="tokenmill.pipeline.generations"):
         assert find_restorable(fs, root, "sample", key) is None
     assert "not restored" in caplog.text and "outside the run folder" in caplog.text and str(stage) in caplog.text
+
+
+@pytest.mark.parametrize("inside", ["shards", "_work/commits"])
+def test_a_superseded_output_with_a_symlink_below_it_stops_the_restore_naming_the_link(tmp_path, inside):
+    """A superseded stage folder of tokenmill's (its marker) with a link at any depth below it: restoring it would
+    read its key, manifest and files through the link, then move them into the live run folder. Refused, naming
+    the link; what the link leads to is left as it was."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "theirs.parquet").write_bytes(b"someone's file")
+    stage = tmp_path / "run" / "_superseded" / "20260101T000000000000Z" / "sample"
+    stage.mkdir(parents=True)
+    (stage / runfolder.STAGE_MARKER).write_text("")
+    (stage / inside).parent.mkdir(parents=True, exist_ok=True)
+    (stage / inside).symlink_to(elsewhere)
+    fs, root = storage.filesystem_for(str(tmp_path / "run"))
+    with pytest.raises(runfolder.RunFolderError, match=rf"sample/{inside} is a symlink to .*elsewhere"):
+        find_restorable(fs, root, "sample", {"config_hash": "x"})
+    assert [p.name for p in elsewhere.iterdir()] == ["theirs.parquet"]

@@ -39,6 +39,7 @@ class RichReporter:
 
 def run(args: argparse.Namespace) -> int:
     """`tokenmill run CONFIG`: every configured stage (or `--stage`), progress on stderr, then the summary."""
+    from tokenmill.pipeline import storage
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.runner import run_pipeline
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
         reports = run_pipeline(config, only=args.stage, workers=args.workers, ray_address=args.ray_address,
                                reporter=RichReporter(progress))
-    print_summary(reports)
+    print_summary(reports, storage.filesystem_for(config.output_location)[0])
     return 0
 
 
@@ -63,11 +64,18 @@ def summary_table(reports) -> Table:
     return table
 
 
-def print_summary(reports) -> None:
+def print_summary(reports, fs=None) -> None:
+    """The summary table, then per stage its drop table, first bad records and report lines, from the manifest each
+    report names on `fs` (the run folder's filesystem: an object store's manifests too; local disk when None)."""
+    import pyarrow.fs as pafs
+
+    from tokenmill.pipeline import storage
+
     out = Console(width=max(Console().width, 100))
     out.print(summary_table(reports))
     for r in reports:
-        content = _content(r.manifest)
+        manifest = storage.read_json(fs or pafs.LocalFileSystem(), r.manifest)
+        content = manifest.get("content", {}) if isinstance(manifest, dict) else {}
         out.print(f"  {escape(r.stage)}: manifest {escape(r.manifest)}")
         if content.get("drop_table"):
             out.print(drop_table(r.stage, content["drop_table"], content["by_source"]))
@@ -75,14 +83,6 @@ def print_summary(reports) -> None:
             out.print(f"    [dim]{escape(message)}[/]")
         for line in content.get("report", {}).get("summary", []):
             out.print(f"    [bold yellow]{escape(line)}[/]")
-
-
-def _content(manifest_path: str) -> dict:
-    try:
-        with open(manifest_path, encoding="utf-8") as f:
-            return json.load(f)["content"]
-    except (OSError, ValueError, KeyError):
-        return {}
 
 
 def drop_table(stage: str, drops: dict, by_source: dict) -> Table:

@@ -334,8 +334,8 @@ def link_below(fs: pafs.FileSystem, folder: str) -> str | None:
         return None
     if os.path.islink(folder):
         return folder
-    return next((i.path for i in storage.list_tree(fs, folder, recursive=True)
-                 if i.type == pafs.FileType.Unknown and os.path.islink(i.path)), None)
+    # The kind of each entry comes with the folder read (no stat per file: a stage folder holds a file per shard).
+    return min((e.path for e in storage.local_entries(folder, recursive=True) if e.is_symlink()), default=None)
 
 
 def stage_is_ours(fs: pafs.FileSystem, stage_dir: str) -> bool:

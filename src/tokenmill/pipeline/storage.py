@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow.fs as pafs
 
@@ -87,29 +87,35 @@ def list_tree(fs: pafs.FileSystem, path: str, recursive: bool = False) -> list[p
         infos = fs.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
         return sorted(infos, key=lambda i: i.path)
     out: list[pafs.FileInfo] = []
+    for entry in local_entries(path, recursive):
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # removed since the folder was read
+        if stat.S_ISDIR(st.st_mode):
+            out.append(pafs.FileInfo(entry.path, pafs.FileType.Directory, mtime_ns=st.st_mtime_ns))
+        elif stat.S_ISREG(st.st_mode):
+            out.append(pafs.FileInfo(entry.path, pafs.FileType.File, mtime_ns=st.st_mtime_ns, size=st.st_size))
+        else:  # a symlink (or a socket, a fifo): never entered, never read
+            out.append(pafs.FileInfo(entry.path, pafs.FileType.Unknown))
+    return sorted(out, key=lambda i: i.path)
+
+
+def local_entries(path: str, recursive: bool = False) -> Iterator[os.DirEntry]:
+    """The entries of a local folder (everything below it when `recursive`), unsorted, never entering a symlink;
+    a missing folder has none. The walk under `list_tree`, for a caller that needs only each entry's kind (which
+    the folder read gives: no `stat` per entry)."""
     stack = [path.rstrip("/") or "/"]
     while stack:
-        folder = stack.pop()
         try:
-            with os.scandir(folder) as found:
+            with os.scandir(stack.pop()) as found:
                 entries = list(found)
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
-            where = join(folder, entry.name)
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # removed since the folder was read
-            if stat.S_ISDIR(st.st_mode):
-                out.append(pafs.FileInfo(where, pafs.FileType.Directory, mtime_ns=st.st_mtime_ns))
-                if recursive:
-                    stack.append(where)
-            elif stat.S_ISREG(st.st_mode):
-                out.append(pafs.FileInfo(where, pafs.FileType.File, mtime_ns=st.st_mtime_ns, size=st.st_size))
-            else:  # a symlink (or a socket, a fifo): never entered, never read
-                out.append(pafs.FileInfo(where, pafs.FileType.Unknown))
-    return sorted(out, key=lambda i: i.path)
+            yield entry
+            if recursive and entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
 
 
 def list_files(fs: pafs.FileSystem, path: str, suffix: str = "") -> list[str]:

@@ -181,8 +181,7 @@ class WriteIndex(Phase):
         for split in SPLITS:
             entries = []
             folder = storage.join(ctx.stage_dir, split)
-            sizes = {i.path: i.size for i in ctx.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-                     if i.type == pafs.FileType.File}
+            sizes = {i.path: i.size for i in storage.list_tree(ctx.fs, folder) if i.type == pafs.FileType.File}
             for idx in sorted(p for p in sizes if p.endswith(bundle.IDX)):
                 prefix = idx[: -len(bundle.IDX)]
                 rel = prefix[len(ctx.stage_dir) + 1:]
