@@ -160,7 +160,7 @@ LAYERS = [
     ["readers", "loader"],
     ["sources"],
     ["text", "dedup", "fasttext", "sampling"],
-    ["tokenize", "documents", "config_base", "json_diff", "digest", "markers", "errors", "tokenmill"],
+    ["tokenize", "documents", "config_base", "json_diff", "digest", "markers", "discovery", "errors", "tokenmill"],
 ]
 """The packages from commands down to formats, as docs/architecture.md draws them: an import goes down, or stays in
 its package. `commands` is every `*/commands.py` (a command's wiring, wherever it lives), `cli` and `__main__`."""

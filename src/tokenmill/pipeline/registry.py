@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from tokenmill.discovery import import_every_module
 from tokenmill.pipeline.contract import SourceStage, Stage, registered
 
 STAGES_PACKAGE = "tokenmill.stages"
-_discovered = False
 
 
 def discover() -> None:
-    """Import every module under `tokenmill.stages`, so each stage class registers itself (`Stage.order`).
-
-    By module name, not by `import` statements: the pipeline's own modules never import a stage, so loading a
-    config model or a manifest tool does not import every stage and its libraries."""
-    global _discovered
-    if _discovered:
-        return
-    package = importlib.import_module(STAGES_PACKAGE)
-    for module in pkgutil.walk_packages(package.__path__, prefix=f"{STAGES_PACKAGE}."):
-        importlib.import_module(module.name)
-    _discovered = True
+    """Import every module under `tokenmill.stages`, so each stage class registers itself (`Stage.order`); the
+    pipeline's own modules never import a stage."""
+    import_every_module(STAGES_PACKAGE)
 
 
 def stage_classes() -> dict[str, type[Stage]]:

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Iterator, Mapping
 
+from tokenmill.discovery import import_every_module
 from tokenmill.sources.reader import COMMON_DROP_REASONS, Reader, registered
 
 READERS_PACKAGE = "tokenmill.readers"
-_discovered = False
 
 
 def discover() -> None:
-    """Import every module under `tokenmill.readers`, so each Reader they declare registers itself.
-
-    By module name, not by `import` statements (as stages are found): a source config imports no reader, so
-    loading a config model does not import every reader and its libraries until a format is looked up."""
-    global _discovered
-    if _discovered:
-        return
-    package = importlib.import_module(READERS_PACKAGE)
-    for module in pkgutil.walk_packages(package.__path__, prefix=f"{READERS_PACKAGE}."):
-        importlib.import_module(module.name)
-    _discovered = True
+    """Import every module under `tokenmill.readers`, so each Reader they declare registers itself (a source config
+    imports no reader until a format is looked up)."""
+    import_every_module(READERS_PACKAGE)
 
 
 class _Readers(Mapping[str, Reader]):
