@@ -194,3 +194,16 @@ def test_broken_files_name_file_and_line(tmp_path):
     not_squad.write_text('{"version": 1}')
     with pytest.raises(ValueError, match="top-level 'data' list"):
         load("squad", not_squad)
+
+
+def test_an_eval_sets_language_is_the_code_matching_compares():
+    """`ZH` or `zh-Hans` is `zh` (character n-grams), as a source's language is; a name or unknown code is refused,
+    naming the code to write (before, `ZH` silently matched a Chinese set by words)."""
+    from pydantic import ValidationError
+
+    for written in ("ZH", "zh-Hans", "zh_CN", " zh "):
+        assert EvalSetConfig(name="c", path="c.jsonl", fields=["q"], language=written).language == "zh"
+    with pytest.raises(ValidationError, match="'chinese' is not a language code; write 'zh'"):
+        EvalSetConfig(name="c", path="c.jsonl", fields=["q"], language="chinese")
+    with pytest.raises(ValidationError, match="not a code the language identifier"):
+        EvalSetConfig(name="c", path="c.jsonl", fields=["q"], language="xx-nope")

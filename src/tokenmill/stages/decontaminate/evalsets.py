@@ -84,6 +84,15 @@ class EvalSetConfig(StrictModel):
             raise ValueError("must not be empty")
         return value
 
+    @field_validator("language")
+    @classmethod
+    def _language_known(cls, value: str) -> str:
+        """The code matching compares (`ZH`, `zh-Hans` -> `zh`), as a source's `language` is checked: else a Chinese
+        set written `ZH` was matched by words, not characters, without a word."""
+        from tokenmill.text.langid import canonical_language
+
+        return canonical_language(value)
+
     @field_validator("format")
     @classmethod
     def _known_format(cls, value: str) -> str:
