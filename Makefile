@@ -39,8 +39,8 @@ golden: $(STAMP)
 	$(BIN)/python -m tokenmill.manifests.golden write build/golden/run --dest manifests
 
 # Tests run in parallel (pytest-xdist: a process per core, each with its own Ray cluster; a test file's tests stay in
-# one process, so its module fixtures are built once): about 15 minutes on the 2-core development machine (1,802 tests), 30 in one
-# process (TEST_WORKERS=0).
+# one process, so its module fixtures are built once): about 15 minutes for 1,802 tests on the 2-core development
+# machine, 30 in one process (TEST_WORKERS=0).
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: lint

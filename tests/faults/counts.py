@@ -11,10 +11,10 @@ call `counts.record_hostile()` once per case they feed.
 
 from __future__ import annotations
 
-import pytest
-
 import sys
 from collections import Counter
+
+import pytest
 
 TRIALS = Counter()
 """Trials (one interrupted or failed run, then the rerun and the comparison), by kind."""
