@@ -129,7 +129,7 @@ def main() -> int:
     from tokenmill.stages.clean.chain import Chain
     from tokenmill.stages.clean.config import CleanConfig
     from tokenmill.stages.clean.filter import Batch
-    from tokenmill.stages.clean.filters import ClassifierFilter
+    from tokenmill.stages.clean.filters.classifiers import ClassifierFilter
 
     root = Path(args.dir) / f"classifier-train-{args.train_mb:g}mb"
     root.mkdir(parents=True, exist_ok=True)

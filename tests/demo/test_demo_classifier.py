@@ -15,7 +15,7 @@ from tokenmill.classifier.train import train_classifier
 from tokenmill.demo import SOURCES, write_demo_corpus
 from tokenmill.demo.quality import TRAIN_TEXT_BYTES, write_quality_config
 from tokenmill.pipeline.config import load_config
-from tokenmill.stages.clean.classifiers import load
+from tokenmill.stages.clean.filters.classifiers import load
 
 # Valid-split ROC AUC at the demo's size (600 documents per source, 435 valid documents), seeds 0, 1, 2 and 1234:
 # 0.9918, 0.9941, 0.9930, 0.9915. Below 0.98 the model no longer tells the boilerplate pages from prose, and the

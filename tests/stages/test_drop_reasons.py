@@ -24,23 +24,14 @@ import yaml
 
 from tests.conftest import write_jsonl
 from tests.stages.clean.classifier_model import WEB_TEXT, train_tiny
-from tests.text.test_escapes import KIND_EXAMPLES
 from tokenmill.sources.config import SourceConfig
 from tokenmill.pipeline.contract import RunContext
 from tokenmill.sources.formats import READERS
-from tokenmill.stages.clean.classifiers import ClassifierConfig
+from tokenmill.stages.clean.filters.classifiers import ClassifierConfig
 from tokenmill.stages.clean.config import CleanConfig
-from tokenmill.text.escapes import EscapePolicy
+from tokenmill.stages.clean import filter as clean_filter
 from tokenmill.stages.clean.filter import Batch, Filter
-from tokenmill.stages.clean.filters import QualityScores
-from tokenmill.text.langid import LangidConfig
-from tokenmill.text.quality import (
-    C4Config,
-    CJKQualityConfig,
-    GopherQualityConfig,
-    GopherRepetitionConfig,
-    QualityConfig,
-)
+from tokenmill.stages.clean.filters.langid import FRENCH
 from tokenmill.stages.clean.stage import CleanStage
 
 
@@ -74,124 +65,44 @@ def declared_filter_reasons() -> dict[str, tuple[str, ...]]:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Clean filters: each filter alone on a one-document batch, with only the rule under test switched on
+# Clean filters: each filter alone on a one-document batch, with its own case (`Filter.cases`, in its module)
 # --------------------------------------------------------------------------------------------------------------
 
 PROSE = ("The committee met on Tuesday to discuss the new budget for the city library. Members agreed that the "
          "reading rooms should stay open later in the evening, and that the children's section needs more books.")
-FRENCH = ("Le comité s'est réuni mardi pour discuter du nouveau budget de la bibliothèque municipale. Les membres "
-          "ont convenu que les salles de lecture devraient rester ouvertes plus tard le soir.")
-WORDS = "river mountain forest village harbor market bridge castle garden meadow valley island".split()
-HAN = "春夏秋冬东南西北上下左右"
 QUALITY_OFF = {"gopher_quality": None, "gopher_repetition": None, "c4": None, "cjk": None}
 
 
-def _tiny_classifier(tmp_path: Path, threshold: float = 0.9) -> list[ClassifierConfig]:
-    """A classifier `hq` trained for the test (about 1-2 s) whose threshold drops a web-like text."""
-    model = train_tiny(tmp_path / "tiny").model_path
-    return [ClassifierConfig(name="hq", model=str(model), keep={"threshold": threshold})]
+def filter_cases() -> dict[str, dict[str, clean_filter.Case]]:
+    """filter -> reason -> the case its module declares, as built for the configured clean stage."""
+    return {f.name: dict(f.cases) for f in configured_stage("clean").chain.filters}
 
 
-def _off(model: type, **on: Any) -> Any:
-    """`model` with every optional rule off but those in `on`."""
-    fields = {name: None for name, f in model.model_fields.items() if f.default is not None and not f.is_required()
-              and "None" in str(f.annotation)}
-    lists = {name: () for name in ("top_n_grams", "dup_n_grams") if name in model.model_fields}
-    flags = {name: False for name, f in model.model_fields.items() if f.annotation is bool}
-    return model(**{**fields, **lists, **flags, **on})
-
-
-def _quality(family: str, **on: Any) -> QualityConfig:
-    models = {"gopher_quality": GopherQualityConfig, "gopher_repetition": GopherRepetitionConfig, "c4": C4Config,
-              "cjk": CJKQualityConfig}
-    return QualityConfig(**{name: (_off(model, **on) if name == family else None) for name, model in models.items()})
-
-
-def _repeated(units: list[str], sep: str) -> str:
-    return sep.join(units * 3)
-
-
-def _repetition_cases(family: str, lang: str) -> dict[str, tuple]:
-    units, sep = (WORDS, " ") if lang == "en" else (list(HAN), "")
-    para = sep.join(units[:6]) + "."
-    cases = {
-        "empty_text": ("", {}),
-        "duplicate_paragraphs": (f"{para}\n\n{para}\n\n{para}", {"dup_para_frac": 0.3}),
-        "duplicate_paragraph_chars": (f"{para}\n\n{para}", {"dup_para_char_frac": 0.2}),
-        "duplicate_lines": (f"{para}\n{para}\n{para}", {"dup_line_frac": 0.3}),
-        "duplicate_line_chars": (f"{para}\n{para}", {"dup_line_char_frac": 0.2}),
-        **{f"dominant_{n}_gram": (_repeated(units[:n], sep) * 2, {"top_n_grams": ((n, 0.2),)}) for n in (2, 3, 4)},
-        **{f"duplicate_{n}_grams": (_repeated(units, sep), {"dup_n_grams": ((n, 0.1),)}) for n in range(5, 11)},
-    }
-    return {reason: (text, lang, _quality(family, **on)) for reason, (text, on) in cases.items()}
-
-
-FILTER_CASES: dict[str, dict[str, tuple[str, str, Any]]] = {
-    # filter -> reason -> (text, the document's language, the filter's settings)
-    "escapes": {f"escape_{kind}": (text, "en", EscapePolicy(mode="drop", threshold=0.0))
-                for kind, text, *_ in KIND_EXAMPLES},
-    "blocklist": {"blocked_domain": (PROSE, "en", None)},
-    "empty": {"empty_after_cleaning": (" \n\t ", "en", None)},
-    "langid": {"wrong_language": (FRENCH, "en", LangidConfig())},
-    # settings from a function of the test's folder: the model is trained there
-    "classifiers": {"low_hq_score": (WEB_TEXT, "en", _tiny_classifier)},
-    "gopher_quality": {reason: (text, "en", _quality("gopher_quality", **on)) for reason, text, on in (
-        ("too_few_words", "Too short.", {"min_doc_words": 50}),
-        ("too_many_words", "one two three four five", {"max_doc_words": 3}),
-        ("short_average_word", "a b c d e", {"min_avg_word_length": 3}),
-        ("long_average_word", "antidisestablishmentarianism supercalifragilistic", {"max_avg_word_length": 10}),
-        ("too_many_hashes", "# tags #one #two here", {"max_symbol_word_ratio": 0.1}),
-        ("too_many_ellipses", "wait... what... no... yes...", {"max_symbol_word_ratio": 0.1}),
-        ("too_many_bullet_lines", "- one\n- two\n- three", {"max_bullet_lines_ratio": 0.9}),
-        ("too_many_ellipsis_lines", "one…\ntwo…\nthree", {"max_ellipsis_lines_ratio": 0.3}),
-        ("too_few_alphabetic_words", "1 2 3 4 5 words", {"max_non_alpha_words_ratio": 0.8}),
-        ("too_few_stop_words", "Cats sleep", {"min_stop_words": 2}),
-    )},
-    "gopher_repetition": _repetition_cases("gopher_repetition", "en"),
-    "c4": {reason: (text, "en", _quality("c4", **on)) for reason, text, on in (
-        ("lorem_ipsum", "Lorem ipsum dolor sit amet.", {"filter_lorem_ipsum": True}),
-        ("curly_bracket", "Put the { brace here now.", {"filter_curly_bracket": True}),
-        ("too_few_sentences", "Only one sentence here.", {"min_num_sentences": 5}),
-    )},
-    "cjk": {**_repetition_cases("cjk", "zh"), **{reason: (text, "zh", _quality("cjk", **on)) for reason, text, on in (
-        ("too_few_chars", "短文。", {"min_chars": 50}),
-        ("too_many_chars", HAN + "。", {"max_chars": 5}),
-        ("too_few_cjk_chars", "Mostly Latin text 中。", {"min_cjk_char_ratio": 0.15}),
-        ("too_many_bullet_lines", "- 春\n- 夏\n- 秋", {"max_bullet_lines_ratio": 0.9}),
-        ("too_many_ellipsis_lines", "春…\n夏…\n秋", {"max_ellipsis_lines_ratio": 0.3}),
-        ("too_few_stop_chars", "春夏秋冬。", {"min_stop_chars": 1}),
-        ("too_few_sentences", "春夏秋冬", {"min_sentences": 1}),
-    )}},
-}
-
-
-def run_filter(cls: type[Filter], text: str, lang: str, settings: Any, tmp_path: Path) -> tuple[Filter, str | None]:
-    """`cls` alone (after the quality scores it reads) on one document, built as for the configured clean stage;
-    the filter and the reason it gave."""
-    (tmp_path / "blocked.txt").write_text("spam.example\n")
-    if callable(settings):
-        settings = settings(tmp_path)
-    config = CleanConfig.model_validate(CONFIGURED["clean"])
-    built = cls.build(config, config.overrides)
-    chain = [QualityScores(), built] if cls.setting == "quality" and cls is not QualityScores else [built]
-    batch = Batch(ids=["d"], texts=[text], sources=["s"], subsets=[None], metas=['{"url": "https://spam.example/a"}'],
-                  langs=[lang], lang_scores=pa.array([0.0], pa.float32()).to_numpy(zero_copy_only=False).copy())
+def run_filter(built: Filter, case: clean_filter.Case, tmp_path: Path) -> str | None:
+    """`built` alone on the case's document, after the filters before it that share its settings and only annotate
+    (the quality scores its family reads); the reason it gave."""
+    (tmp_path / "blocked.txt").write_text(case.blocklist)
+    settings = case.settings_in(tmp_path)
+    chain = [f() for f in CleanStage.filters if f.order < built.order and f.settings is not None
+             and f.settings is built.settings and not f.drop_reasons] + [built]
+    batch = Batch(ids=["d"], texts=[case.text], sources=["s"], subsets=[None], metas=[case.meta], langs=[case.lang],
+                  lang_scores=pa.array([0.0], pa.float32()).to_numpy(zero_copy_only=False).copy())
     for f in chain:
         f.setup({"blocklist": str(tmp_path / "blocked.txt")})
         f.start(batch)
     for f in chain:
         f.run(batch, lambda name, source, subset: settings)
-    return chain[-1], batch.reasons[0]
+    return batch.reasons[0]
 
 
 @pytest.mark.parametrize("name, reason", [(f, r) for f, rs in declared_filter_reasons().items() for r in rs])
 def test_each_filter_reason_is_reached(name, reason, tmp_path):
-    case = FILTER_CASES.get(name, {}).get(reason)
+    built = next(f for f in configured_stage("clean").chain.filters if f.name == name)
+    case = built.cases.get(reason)
     if case is None:
         pytest.fail(f"clean filter {name!r}: no input case for its declared reason {reason!r}")
-    cls = next(f for f in CleanStage.filters if f.name == name)
-    f, got = run_filter(cls, *case, tmp_path)
-    assert got == reason and f.dropped == {reason: 1}
+    got = run_filter(built, case, tmp_path)
+    assert got == reason and built.dropped == {reason: 1}
 
 
 def test_the_clean_stage_declares_exactly_its_filters_reasons():
@@ -252,6 +163,12 @@ def _clean(text: str, language: str = "en", **config: Any) -> Case:
 def _classified(tmp: Path) -> list[str | None]:
     classifiers = _tiny_classifier(tmp)
     return _clean(WEB_TEXT, classifiers=classifiers, langid=None, quality=QUALITY_OFF)(tmp)
+
+
+def _tiny_classifier(tmp_path: Path, threshold: float = 0.9) -> list[ClassifierConfig]:
+    """A classifier `hq` trained for the test (about 1-2 s) whose threshold drops a web-like text."""
+    model = train_tiny(tmp_path / "tiny").model_path
+    return [ClassifierConfig(name="hq", model=str(model), keep={"threshold": threshold})]
 
 
 def _sampled_out(tmp: Path) -> list[str | None]:
@@ -382,7 +299,7 @@ def test_every_declared_reason_has_a_case():
                if reason not in cases.get(stage, {}) and not (stage == "clean" and reason in filter_reasons)]
     assert not missing, f"declared drop reasons with no input case: {missing}"
     missing_filters = [(f, r) for f, rs in declared_filter_reasons().items() for r in rs
-                       if r not in FILTER_CASES.get(f, {})]
+                       if r not in filter_cases().get(f, {})]
     assert not missing_filters, f"clean filter reasons with no input case: {missing_filters}"
 
 

@@ -22,6 +22,7 @@ from tokenmill.text.escapes import (
     repair_escapes,
     scan_escapes,
 )
+from tokenmill.stages.clean.filters.escapes import KIND_EXAMPLES
 
 DEFAULT = EscapePolicy()
 DROP = EscapePolicy(mode="drop")
@@ -88,20 +89,7 @@ int main(int argc, char **argv) {
 # Detection: each kind, with its count
 # ----------------------------------------------------------------------------------------------------------------
 
-KIND_EXAMPLES = [
-    ("literal_newline", r"First line.\nSecond line.\nThird line follows here.", 2, 4),
-    ("literal_tab", r"Name:\tAlice\tBob went home early today.", 2, 4),
-    ("literal_cr", r"Old Mac text\rends lines this way\rand so on, you see.", 2, 4),
-    ("escaped_quote", r"He said \"no\" and then it\'s over, they say.", 3, 6),
-    ("escaped_slash", r"See https:\/\/example.com\/about for more details.", 3, 6),
-    ("escaped_backslash", r"The left side \\ the right side of the page.", 1, 2),
-    ("backslash_run", r"Une fois \\\\ puis encore \\\\\\ et voila la fin.", 2, 10),
-    ("unicode_escape", r"A caf\u00e9 in Paris, na\u00efve, with a smile \ud83d\ude00 today.", 4, 24),
-    ("hex_escape", r"It\xe2\x80\x99s raining again in the city tonight.", 3, 12),
-    ("double_escaped", r"one\\ntwo says \\\"hi\\\" to caf\\u00e9 now.", 4, 3 + 4 + 4 + 7),
-    ("html_entity", "Tom &amp; Jerry&#39;s &#x27;show&#x27;&nbsp;is &quot;on&quot; now.", 7, 5 + 5 + 6 + 6 + 6 + 6 + 6),
-    ("percent_encoding", "The file was saved as Quarterly%20Report%3A%20Final before lunch.", 3, 9),
-]
+# KIND_EXAMPLES: (kind, text, occurrences, characters), the escape filter's input cases too
 
 
 @pytest.mark.parametrize("kind, text, count, chars", KIND_EXAMPLES, ids=[k for k, *_ in KIND_EXAMPLES])

@@ -273,7 +273,7 @@ def test_validation_hashes_a_model_once_and_leaves_the_marker_a_worker_takes(tra
     again to compare it with that same sha256. Once now; the marker it leaves is the one a worker's check finds."""
     from tokenmill.digest import file_sha256
     from tokenmill.fasttext import binding
-    from tokenmill.stages.clean import classifiers
+    from tokenmill.stages.clean.filters import classifiers
 
     root, _ = trained
     shutil.copytree(root / "model", tmp_path / "model")
@@ -352,7 +352,7 @@ def test_one_and_two_workers_give_the_same_bytes(ray_cluster, trained, tmp_path)
 def test_a_stage_editing_text_otherwise_than_training_is_warned_about(trained, tmp_path, caplog):
     root, _ = trained
     shutil.copytree(root / "model", tmp_path / "model")
-    with caplog.at_level("WARNING", logger="tokenmill.stages.clean.classifiers"):
+    with caplog.at_level("WARNING", logger="tokenmill.stages.clean.filters.classifiers"):
         parse_config(_run_config(tmp_path, {"classifiers": [_hq()]}), tmp_path)
         assert not caplog.records  # trained behind the stage's default normalize and pii, as configured here
         parse_config(_run_config(tmp_path, {"classifiers": [_hq()], "pii": None}), tmp_path)

@@ -1,18 +1,37 @@
-"""The clean chain: filters run in order over a shard's batch; what the stage declares derives from them."""
+"""The clean chain: the registered filters run in order over a shard's batch; what the stage declares derives from
+them."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from tokenmill.stages.clean.filter import Batch, Filter, resolve
+from tokenmill.discovery import import_every_module
+from tokenmill.stages.clean.filter import Batch, Filter, registered_filters, resolve
+from tokenmill.stages.clean.stats import CleanStats
+
+FILTERS_PACKAGE = "tokenmill.stages.clean.filters"
 
 LANGUAGE_COLUMNS = (pa.field("lang", pa.string()), pa.field("lang_score", pa.float32()))
 """The document's language (the source's declared one until `langid` identifies it) and the identification's
 confidence: every filter after `langid` reads the language, so the chain, not one filter, owns these columns."""
 STEPS_COLUMN = pa.field("clean_steps", pa.string())
 """The edits made to the text, in order, comma-separated (logged by the filters that edit)."""
+
+
+@functools.cache
+def chain_filters() -> tuple[type[Filter], ...]:
+    """Every filter of the clean chain, in order (`Filter.order`): each module of `stages/clean/filters/` imported
+    once, so each filter registers itself. Escape checks see the raw text; a document keeps the first reason it gets."""
+    import_every_module(FILTERS_PACKAGE)
+    return tuple(sorted(registered_filters().values(), key=lambda f: (f.order, f.name)))
+
+
+def chain_sections(filters: Iterable[type[Filter] | Filter]) -> dict[str, Any]:
+    """The stats sections the filters write (name -> empty value), in chain order."""
+    return {name: empty for f in filters for name, empty in f.sections.items()}
 
 
 def chain_drop_reasons(filters: Iterable[type[Filter] | Filter]) -> tuple[str, ...]:
@@ -35,6 +54,7 @@ class Chain:
         self.filters = [f.build(config, overrides) for f in filters]
         self.adds = chain_adds(self.filters)
         self.drop_reasons = chain_drop_reasons(self.filters)
+        self.sections = chain_sections(self.filters)
         self._config, self._overrides = config, overrides
         self._settings: dict[tuple[str, str, str | None], Any] = {}
         self.ready = False
@@ -53,6 +73,7 @@ class Chain:
         return self._settings[key]
 
     def run(self, batch: Batch) -> Batch:
+        batch.stats = CleanStats(self.sections)  # every shard's stats carry every section, empty or not
         batch.stats.docs(batch.sources, batch.subsets)
         for f in self.filters:
             f.start(batch)

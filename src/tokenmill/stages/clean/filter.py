@@ -1,16 +1,19 @@
-"""The clean filter contract: a `Filter` reads and annotates a `Batch`, declares its drop reasons and columns.
+"""The clean filter contract: a `Filter` reads and annotates a `Batch`, declares its settings, drop reasons, columns
+and an input case per reason.
 
 datatrove's `BaseFilter` is the model: a filter implements only its decision (`process`, over the rows still kept
 and the settings that apply to them); the base class (`Filter.run`) picks those rows, resolves each row's settings
 through the per-source and per-subset overrides, checks every reason against the declared set, keeps the FIRST
 reason a document gets, and counts drops per reason. Filters work on whole batches of rows (numpy and Arrow
-friendly), not one document at a time.
+friendly), not one document at a time. A filter class that sets `order` registers itself (as a stage does): the
+chain, the clean config and its overrides are built from the registered filters (`chain.py`, `config.py`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -73,14 +76,62 @@ class Batch:
         return [i for i, r in enumerate(self.reasons) if r is None]
 
 
+@dataclass(frozen=True)
+class Setting:
+    """A filter's settings as the clean config declares them: the field's key, type, default and doc."""
+
+    key: str
+    """The field of the stage's config (`stages: {clean: {<key>: ...}}`) and of each override."""
+    annotation: Any
+    """Its type, e.g. `PiiConfig`, or `Optional[PiiConfig]` when null turns the filter off."""
+    default: Any
+    doc: str
+    """The field's description: what it sets, and an example (the config reference shows it)."""
+    per_source: bool = True
+    """An override may set it for a source, a subset or both (False: one value for the stage, e.g. a list file)."""
+    dumped: tuple[str, ...] = ()
+    """The config blocks (`stage`, `override`) that write the field even at its default: the fields runs were made
+    with before a field at its default was left out of the dump, so that those runs keep their identity. A new
+    filter's setting leaves it empty (a config without the field keeps its identity)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """An input that gives one drop reason, with the filter alone in the chain (after the filters whose columns it
+    reads): `tests/stages/test_drop_reasons.py` runs every declared reason's case."""
+
+    text: str
+    lang: str = "en"
+    """The document's language as the earlier filters left it."""
+    settings: Any = None
+    """The filter's settings for the document, or a function of a fresh folder that makes them (a model to train)."""
+    meta: str = '{"url": "https://spam.example/a"}'
+    blocklist: str = "spam.example\n"
+    """The stage's blocklist file's content."""
+
+    def settings_in(self, folder: Path) -> Any:
+        return self.settings(folder) if callable(self.settings) else self.settings
+
+
+_FILTERS: dict[str, type["Filter"]] = {}
+
+
+def registered_filters() -> Mapping[str, type["Filter"]]:
+    """The filter classes imported so far, by name (`chain.chain_filters` imports them all, in order)."""
+    return _FILTERS
+
+
 class Filter:
     """One step of the clean chain. Subclasses set the class attributes and implement `process`."""
 
     name: ClassVar[str]
     """Short name, e.g. `escapes`."""
-    setting: ClassVar[str | None] = None
-    """The `CleanConfig` field that holds this filter's settings. An override for a source or subset that sets the
-    same field replaces it for those documents; a null setting turns the filter off. None: no settings."""
+    order: ClassVar[int]
+    """Its place in the chain (lower first); a class that sets it registers itself as a filter of the chain."""
+    settings: ClassVar[Setting | None] = None
+    """Its settings field in the clean config (and in each override, unless `per_source` is False). An override for
+    a source or subset that sets the field replaces it for those documents; a null value turns the filter off.
+    Filters that share one settings field (the quality families) declare the same `Setting`. None: no settings."""
     drop_reasons: tuple[str, ...] = ()
     """The closed set of reasons `process` may give, each named for the failure (an instance made by `build` may
     declare its own)."""
@@ -89,6 +140,23 @@ class Filter:
     made by `build` may declare its own)."""
     edits: ClassVar[bool] = False
     """True for filters that change the text (their edits are logged in `clean_steps`)."""
+    paths: ClassVar[tuple[str, ...]] = ()
+    """The config keys (under its settings) that name files, relative to the config file: the stage resolves and
+    checks them before any work and gives them to `setup` (e.g. `blocklist`, `classifiers[].model`)."""
+    sections: ClassVar[Mapping[str, Any]] = {}
+    """The stats sections this filter writes through `batch.stats` (name -> empty value, `{}` or `[]`): every shard's
+    stats carry them, summed over shards into what `report` reads."""
+    cases: Mapping[str, Case] = {}
+    """One input per drop reason (an instance made by `build` may declare its own, as its reasons)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "order" not in cls.__dict__:
+            return
+        other = _FILTERS.get(cls.name)
+        if other is not None and (other.__module__, other.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(f"clean filter name {cls.name!r} is taken by {other.__module__}.{other.__qualname__}")
+        _FILTERS[cls.name] = cls
 
     def __init__(self) -> None:
         self.dropped: Counter[str] = Counter()
@@ -111,6 +179,12 @@ class Filter:
         return {}
 
     @classmethod
+    def check(cls, config: Any) -> str | None:
+        """A problem with the stage's config (its overrides included) that its fields alone cannot see, checked when
+        the config is validated; None: none."""
+        return None
+
+    @classmethod
     def build(cls, config: Any, overrides: Sequence[Any]) -> "Filter":
         """The filter for a stage's config: a filter whose drop reasons or columns depend on the config (one per
         configured classifier) sets its own `drop_reasons` and `adds` on the instance here. Default: `cls()`."""
@@ -127,16 +201,17 @@ class Filter:
     def groups(self, batch: Batch, settings_of, rows: list[int]) -> list[tuple[Any, list[int]]]:
         """`rows` grouped by their settings (in row order within a group); rows whose setting is null are left out."""
         groups: dict[int, tuple[Any, list[int]]] = {}
-        if self.setting is None:
+        key = self.settings.key if self.settings is not None and self.settings.per_source else None
+        if key is None:
             groups[0] = (None, rows)
-        elif len(shared := {id(s): s for s in (settings_of(self.setting, *key) for key in batch.keys())}) == 1:
+        elif len(shared := {id(s): s for s in (settings_of(key, *where) for where in batch.keys())}) == 1:
             # One setting for every source and subset of the shard (no override applies): no row-by-row lookup.
             (settings,) = shared.values()
             if settings is not None:
                 groups[0] = (settings, rows)
         else:
             for i in rows:
-                settings = settings_of(self.setting, batch.sources[i], batch.subsets[i])
+                settings = settings_of(key, batch.sources[i], batch.subsets[i])
                 if settings is None:
                     continue  # turned off for this document
                 groups.setdefault(id(settings), (settings, []))[1].append(i)

@@ -11,11 +11,11 @@ import pyarrow as pa
 from tokenmill.digest import file_sha256
 from tokenmill.pipeline.contract import DriverPhase, Phase, Processed
 from tokenmill.pipeline.map_phase import MapShards, MapStage
-from tokenmill.stages.clean import classifiers, top_fraction
-from tokenmill.stages.clean.chain import Chain, chain_adds, chain_drop_reasons
+from tokenmill.stages.clean import top_fraction
+from tokenmill.stages.clean.chain import Chain, chain_adds, chain_drop_reasons, chain_filters
 from tokenmill.stages.clean.config import CleanConfig
 from tokenmill.stages.clean.filter import Batch
-from tokenmill.stages.clean.filters import FILTERS
+from tokenmill.stages.clean.filters import classifiers
 
 
 class CleanStage(MapStage):
@@ -24,12 +24,12 @@ class CleanStage(MapStage):
     name = "clean"
     order = 20
     config_class = CleanConfig
-    paths = ("blocklist", *classifiers.MODEL_KEYS)
+    filters = chain_filters()
+    """The clean chain's filters, in order (`stages/clean/filters/`, one module each)."""
+    paths = tuple(key for f in filters for key in f.paths)
     needs = frozenset({"id", "text", "source", "subset", "meta"})
-    filters = FILTERS
-    """The clean chain's filters, in order (`stages/clean/filters.py`)."""
-    adds = chain_adds(FILTERS)
-    drop_reasons = chain_drop_reasons(FILTERS)
+    adds = chain_adds(filters)
+    drop_reasons = chain_drop_reasons(filters)
     """The class declares what every config gives; an instance declares its config's own (`__init__`): a classifier
     adds its score column and its `low_<name>_score` reason."""
 

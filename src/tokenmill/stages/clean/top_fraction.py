@@ -24,7 +24,7 @@ from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.contract import Phase, PlanContext, Task, TaskContext
 from tokenmill.documents import parquet_bytes, read_shard
 from tokenmill.pipeline.map_phase import shard_tasks
-from tokenmill.stages.clean.classifiers import ranked_rules
+from tokenmill.stages.clean.filters.classifiers import ranked_rules
 from tokenmill.text.score_cut import (coarse_counts, cut_bin, cut_value, fine_counts, keep_count, merged,
                                               FINE_BINS)
 

@@ -1,0 +1,30 @@
+"""The PII filter: e-mail addresses, IP addresses and phone numbers replaced by placeholders."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from tokenmill.stages.clean.filter import Batch, Filter, Setting
+from tokenmill.text.pii import PiiConfig, replace_pii
+
+
+class PiiFilter(Filter):
+    """E-mail addresses, IP addresses and phone numbers replaced by placeholders."""
+
+    name = "pii"
+    order = 30
+    settings = Setting("pii", Optional[PiiConfig], PiiConfig(), dumped=("stage",), doc=(
+        "Personal data replaced by placeholders; null turns it off. E.g. `{ip: false}` in an override for a subset "
+        "of network logs."))
+    edits = True
+    sections = {"pii": {}}
+
+    def process(self, batch: Batch, rows: list[int], settings: PiiConfig) -> None:
+        for i in rows:
+            batch.texts[i], found = replace_pii(batch.texts[i], settings)
+            if found:
+                batch.steps[i].append("pii:" + "+".join(sorted(found)))
+                batch.stats.add("pii", found)
+
+    def report(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        return {"pii": stats.get("pii", {})}
