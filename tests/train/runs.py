@@ -41,7 +41,7 @@ def write_tokens(root: Path, seed: int = 0, extra: dict[str, list[list[int]]] | 
 def config(tokens: Path, output: Path, **overrides) -> dict:
     base = {"data": str(tokens), "model": "opt-tiny", "seq_len": 32, "global_batch_size": 12, "steps": 20,
             "lr": 3e-3, "warmup_steps": 2, "output": str(output), "checkpoint_every": 5, "eval_every": 10,
-            "eval_batches": 2, "num_workers": 0, "seed": 7}
+            "eval_batches": 2, "loader": {"num_workers": 0}, "seed": 7}
     return {**base, **overrides}
 
 

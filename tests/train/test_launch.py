@@ -73,7 +73,7 @@ def test_nproc_trains_like_torchrun_and_only_torchrun_store_leaves_the_loopback(
     by_torchrun = tmp_path / "torchrun"
 
     def defaults(cfg: dict) -> dict:  # dropout and the loader's workers as the trainer has them by default
-        return {k: v for k, v in cfg.items() if k not in ("dropout", "num_workers")}
+        return {k: v for k, v in cfg.items() if k not in ("dropout", "loader")}
 
     torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nnodes", "1", "--nproc-per-node", "2",
                 "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "tokenmill.cli", "train",

@@ -79,7 +79,8 @@ output: run/train
 checkpoint_every: 20
 eval_every: 20
 eval_batches: 2
-num_workers: 0
+loader:
+  num_workers: 0
 """
 )
 

@@ -179,44 +179,15 @@ class TokenLoader:
             ``global_batch_size / (world_size * micro_batch_size)`` is the gradient-accumulation count.
         seed: fixes the order, with the data, seq_len and the epoch; world size and workers never change it.
         rank, world_size: this process's slice of every global batch.
-        num_workers: DataLoader worker processes building micro-batches ahead (0: in this process).
         weights: None (each stream in proportion to its samples), ``{stream: weight}`` (stream names are the source
             names, ``"<i>/<source>"`` with several datasets, or a source name for all its streams), or one weight
             per path. A weight of 0 leaves a stream out, and so does leaving it out of the mapping: name only the
             streams to serve. A name that matches no stream is a ValueError naming it.
         split: the tokenize split to read (``train`` or ``valid``).
-        shuffle: False serves each stream in order (samples 0, 1, 2, ...).
-        shuffle_block: None (default): each stream's samples in a global shuffle per epoch. ``"file"``: a block
-            shuffle by token file (`tokenmill.loader.blockshuffle.FileBlockShuffle`): each file's samples (those that
-            start in it) are a block, the blocks are shuffled, and samples are shuffled within windows of
-            ``shuffle_window`` blocks; the one sample that runs on into the next file reads that file's recorded head
-            (a ranged read), so a window needs ``shuffle_window`` files and each file is fetched about once an epoch.
-            The setting for a `tokens.json` URI whose cache holds less than the data (with a global shuffle nearly
-            every sample needs another whole file). An int: blocks of this many consecutive samples instead (a
-            window then needs about 2 x ``shuffle_window`` files). It changes the order, so it is part of the state:
-            the same setting gives the same samples read locally or streamed.
-        shuffle_window: blocks per window of the block shuffle (default 8): more mixes more, and needs more cache.
-        position_ids: also yield position ids that restart at every document start.
+        num_workers, shuffle, shuffle_block, shuffle_window, position_ids, prefetch_factor, verify, allow_unhashed,
+            cache_dir, cache_bytes, fetch_timeout, prefetch_threads, prefetch_bytes: the options, documented as the
+            fields of `tokenmill.loader.options.LoaderOptions` (a train config's `loader:` block), with these defaults.
         pin_memory: pin batches (for a CUDA host), passed to the DataLoader.
-        verify: check every token file against the sha256 that `tokens.json` records, in a background thread that
-            starts here; a batch is handed out only once the files it reads are verified, and a mismatch is a
-            DataError naming the file (``tokenmill.loader.verify``). Verified files are remembered per node.
-            Files fetched from a URI are always checked, as they arrive, before any batch reads them.
-        allow_unhashed: read token files whose ``.bin`` or ``.idx`` sha256 `tokens.json` does not record, unchecked
-            (with a warning naming them). Off (default), such a file of a served stream is a DataError naming the
-            index and the file when the loader is built: from a URI always (nothing else checks a download), and
-            locally unless ``verify`` is off. The tokenize stage records every sha256, so only an index edited or
-            made elsewhere lacks one, and an index from someone else could leave one out to have any bytes served.
-        cache_dir: where files of a `tokens.json` URI are cached on this node (default ``$TOKENMILL_TOKEN_CACHE``,
-            else ``$XDG_CACHE_HOME/tokenmill/tokens``, else ``~/.cache/tokenmill/tokens``); the ranks and workers of a
-            node share it, and each file is fetched once while it stays.
-        cache_bytes: the most bytes that folder ever holds, downloads in progress included (default: the remote data,
-            capped at 90% of the free space). Smaller than one token file (.bin plus .idx) is a ConfigError.
-        fetch_timeout: seconds one request to the store is retried (with backoff) before a DataError naming the URI.
-        prefetch_threads: threads per process fetching the files of coming micro-batches (0: fetch on demand only).
-        prefetch_bytes: how far ahead each process fetches, in bytes of distinct files (default: the data when
-            ``cache_bytes`` holds it, else ``cache_bytes`` halved: for each process under a block shuffle, whose
-            processes read the same files, split among the workers under a global shuffle).
     """
 
     def __init__(self, paths: Sequence[str], seq_len: int, global_batch_size: int, micro_batch_size: int | None = None,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
 from tokenmill.config_base import StrictModel, key_path, load_yaml, resolve
+from tokenmill.loader.options import LoaderOptions
 from tokenmill.train.fingerprints import FingerprintConfig
 from tokenmill.train.guard import GuardConfig
 from tokenmill.train.model import PRESETS
@@ -26,6 +27,14 @@ class DataConfig(StrictModel):
     moved or copied elsewhere resume."""
     weight: float = Field(default=1.0, ge=0)
     """Share of this dataset in the mixture (split among its sources by their samples)."""
+
+
+class TrainLoaderOptions(LoaderOptions):
+    """The loader's options as the trainer takes them: its own default for the workers."""
+
+    num_workers: int = Field(default=1, ge=0)
+    """DataLoader worker processes building micro-batches ahead (0: in the training process); one by default, so
+    that batches are built while the step computes."""
 
 
 class TrainConfig(StrictModel):
@@ -80,10 +89,10 @@ class TrainConfig(StrictModel):
     """Steps between validation losses on the `valid` split (0: never)."""
     eval_batches: int = Field(default=4, gt=0)
     """Global batches of the valid split per evaluation (always the same ones)."""
-    num_workers: int = Field(default=1, ge=0)
-    """DataLoader workers of the token loader."""
-    reset_position_ids: bool = False
-    """Restart position ids at every document start inside a sequence."""
+    loader: TrainLoaderOptions = TrainLoaderOptions()
+    """The token loader's options (`tokenmill.loader.options.LoaderOptions`: workers, block shuffle, position ids,
+    verification, the cache of a `tokens.json` URI ...), e.g. `{num_workers: 2, shuffle_block: file}`; the
+    validation split's loader takes the same, unshuffled."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Compute dtype: auto is bfloat16 (FSDP2 MixedPrecisionPolicy, fp32 reductions) on GPU, float32 on CPU."""
     compile: bool = False
@@ -103,6 +112,22 @@ class TrainConfig(StrictModel):
     watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
     """The hang watchdog: stop the run, naming the rank that did not arrive and dumping every rank's stack, when no
     step finishes within ``timeout_s`` (`tokenmill.train.watchdog.WatchdogConfig`)."""
+
+    later_fields = ("loader",)
+
+    MOVED: ClassVar[dict[str, str]] = {"num_workers": "loader.num_workers", "reset_position_ids": "loader.position_ids"}
+    """Keys that moved into a block: a config that still gives one is told where it went."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for old, new in cls.MOVED.items():
+                if old in value:
+                    block, key = new.split(".")
+                    raise ValueError(f"{old} is now {new}: write `{block}: {{{key}: {value[old]!r}}}`".replace(
+                        "True", "true").replace("False", "false"))
+        return value
 
     @field_validator("data", mode="before")
     @classmethod
@@ -165,9 +190,13 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
             problems.append(f"  {key}: {err}")
             return p
 
-    config = config.model_copy(update={"output": fix("output", config.output),
-                                       "data": [d.model_copy(update={"path": fix(f"data[{i}].path", d.path)})
-                                                for i, d in enumerate(config.data)]})
+    update: dict[str, Any] = {"output": fix("output", config.output),
+                              "data": [d.model_copy(update={"path": fix(f"data[{i}].path", d.path)})
+                                       for i, d in enumerate(config.data)]}
+    if config.loader.cache_dir is not None:
+        update["loader"] = config.loader.model_copy(update={"cache_dir": fix("loader.cache_dir",
+                                                                             config.loader.cache_dir)})
+    config = config.model_copy(update=update)
     if problems:
         raise ConfigError("invalid train config:\n" + "\n".join(problems))
     missing = [p for p in config.resolved_paths() if not Path(p).is_file()]

@@ -7,12 +7,13 @@ from typing import Any
 
 from tokenmill.loader import ResumeError, TokenLoader
 from tokenmill.loader.batches import next_served
+from tokenmill.train.config import TrainConfig, TrainLoaderOptions
 from tokenmill.train.errors import EveryRankError
 from tokenmill.train.guard import Verdict
 from tokenmill.train.run import Run
 
 # Config keys a resumed run may change without changing what it computes.
-RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "num_workers",
+RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches",
                      "log_every", "peak_tflops", "guard", "output", "compile", "allow_data_change",
                      "fingerprints", "watchdog", "faults"}
 
@@ -88,12 +89,26 @@ def _check_config(run: Run, step: int, old: dict[str, Any]) -> None:
     old, new = _without_data_paths(old), _without_data_paths(json.loads(run.cfg.model_dump_json()))
     if run.cfg.allow_data_change and len(old.get("data") or []) != len(new["data"]):
         old = {**old, "data": new["data"]}  # datasets added or removed: a data change, which this run allows
+    old, new = _loader_keys(old), _loader_keys(new)
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
     if changed:
         raise EveryRankError(f"{run.out} holds a checkpoint (step {step}) of a run with another "
                              f"{', '.join(changed)}: " + "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
                                                                   for k in changed)
                              + ". Use another output, or restore those values.")
+
+
+def _loader_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config with the `loader` block as one `loader.<option>` key per option that changes what a run
+    computes, every option present (a config dumps the block only when it is not all defaults); a checkpoint's
+    config from before the block has its `num_workers` and `reset_position_ids` taken as the block's."""
+    out = {k: v for k, v in config.items() if k not in ("loader", *TrainConfig.MOVED)}
+    block = dict(config.get("loader") or {})
+    if "reset_position_ids" in config:
+        block.setdefault("position_ids", config["reset_position_ids"])
+    options = {**TrainLoaderOptions().model_dump(mode="json"), **block}
+    out.update({f"loader.{k}": v for k, v in options.items() if k not in TrainLoaderOptions.RESUMABLE})
+    return out
 
 
 def _without_data_paths(config: dict[str, Any]) -> dict[str, Any]:

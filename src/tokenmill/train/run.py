@@ -123,8 +123,8 @@ class Run:
         try:
             return TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                                micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
-                               world_size=d.world_size, num_workers=cfg.num_workers, weights=weights,
-                               position_ids=cfg.reset_position_ids, pin_memory=d.device.type == "cuda")
+                               world_size=d.world_size, weights=weights, pin_memory=d.device.type == "cuda",
+                               **cfg.loader.model_dump())
         except TokenmillError:  # the data's own errors (a DataError is also a ValueError), as they are
             raise
         except ValueError as err:  # values of the config that this world size cannot take: the same on every rank
@@ -137,7 +137,8 @@ class Run:
         try:
             return TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                                micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
-                               world_size=d.world_size, split="valid", shuffle=False)
+                               world_size=d.world_size, split="valid",
+                               **{**cfg.loader.model_dump(), "shuffle": False, "shuffle_block": None, "num_workers": 0})
         except (DataError, ValueError) as err:
             self.say.warn(f"no validation loss: the valid split cannot be read ({err})")
             return None
