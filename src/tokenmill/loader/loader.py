@@ -26,7 +26,7 @@ from tokenmill.loader.batches import BatchLayout, merge_ranges, parse_ranges
 from tokenmill.loader.mixture import MixtureSchedule
 from tokenmill.loader.order import GlobalOrder, Located
 from tokenmill.loader.state import STATE_VERSION, ResumeError, check_state_shape
-from tokenmill.loader.streams import load_streams
+from tokenmill.loader.streams import DataError, load_streams
 from tokenmill.loader.verify import Check, FileVerifier, require_recorded, unhashed
 from tokenmill.markers import markers_dir
 from tokenmill.loader.weights import resolve_weights
@@ -185,8 +185,9 @@ class TokenLoader:
             streams to serve. A name that matches no stream is a ValueError naming it.
         split: the tokenize split to read (``train`` or ``valid``).
         num_workers, shuffle, shuffle_block, shuffle_window, position_ids, prefetch_factor, verify, allow_unhashed,
-            cache_dir, cache_bytes, fetch_timeout, prefetch_threads, prefetch_bytes: the options, documented as the
-            fields of `tokenmill.loader.options.LoaderOptions` (a train config's `loader:` block), with these defaults.
+            cache_dir, cache_bytes, fetch_timeout, prefetch_threads, prefetch_bytes, worker_timeout: the options,
+            documented as the fields of `tokenmill.loader.options.LoaderOptions` (a train config's `loader:` block),
+            with these defaults.
         pin_memory: pin batches (for a CUDA host), passed to the DataLoader.
     """
 
@@ -197,7 +198,7 @@ class TokenLoader:
                  position_ids: bool = False, pin_memory: bool = False,
                  prefetch_factor: int = 2, verify: bool = True, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None, fetch_timeout: float = 120.0, prefetch_threads: int = 4,
-                 prefetch_bytes: int | None = None, allow_unhashed: bool = False):
+                 prefetch_bytes: int | None = None, allow_unhashed: bool = False, worker_timeout: float = 0.0):
         if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__"):
             paths = [paths]
         if seq_len <= 0:
@@ -213,6 +214,9 @@ class TokenLoader:
         self.paths = [str(p) for p in paths]
         self.seq_len, self.seed, self.split = int(seq_len), int(seed), split
         self.num_workers, self.pin_memory, self.prefetch_factor = num_workers, pin_memory, prefetch_factor
+        if not worker_timeout >= 0:
+            raise ConfigError(f"worker_timeout must be >= 0, got {worker_timeout}")
+        self.worker_timeout = float(worker_timeout)
         if micro_batch_size is None:
             micro_batch_size = global_batch_size // world_size if world_size > 0 else 0
         self.layout = BatchLayout(global_batch_size, micro_batch_size, rank, world_size)
@@ -568,14 +572,25 @@ class _Iterator:
             chunks = iter(torch.utils.data.DataLoader(
                 _WorkerStream(loader._plan, k, m, list(loader.skips), chunk), batch_size=None,
                 num_workers=loader.num_workers, pin_memory=loader.pin_memory,
-                prefetch_factor=loader.prefetch_factor))
+                prefetch_factor=loader.prefetch_factor, timeout=loader.worker_timeout))
             loader._workers = chunks  # for close(): its worker processes stop then, not at garbage collection
             self._source = ((k2, m2, tokens[i].long(), None if positions is None else positions[i])
                             for ids, tokens, positions in self._noting(chunks) for i, (k2, m2) in enumerate(ids))
 
     def _noting(self, chunks):
-        """Chunks from the workers, their fetch counters kept for ``fetch_stats``."""
-        for ids, tokens, positions, stats in chunks:
+        """Chunks from the workers, their fetch counters kept for ``fetch_stats``; a worker past ``worker_timeout``
+        is a DataError saying so (the DataLoader's own error names no option)."""
+        while True:
+            try:
+                ids, tokens, positions, stats = next(chunks)
+            except StopIteration:
+                return
+            except RuntimeError as err:
+                if not str(err).startswith("DataLoader timed out"):
+                    raise
+                raise DataError(f"a loader worker built no micro-batch in {self.loader.worker_timeout:g} s "
+                                f"(worker_timeout): a stuck read of a token file, or a worker starved of CPU; raise "
+                                f"worker_timeout, or 0 to wait forever") from None
             if stats is not None:
                 self.loader._worker_stats[stats[0]] = stats[1]
             yield ids, tokens, positions

@@ -58,9 +58,13 @@ class LoaderOptions(StrictModel):
     """How far ahead each process fetches, in bytes of distinct files (default: the data when `cache_bytes` holds
     it, else `cache_bytes` halved: for each process under a block shuffle, whose processes read the same files,
     split among the workers under a global shuffle)."""
+    worker_timeout: float = Field(default=0.0, ge=0)
+    """Seconds to wait for a worker's micro-batches before a DataError saying so (the DataLoader's `timeout`; 0:
+    forever). A worker stuck on a read then stops the rank in seconds, naming the option, instead of holding every
+    rank until the trainer's hang watchdog fires."""
 
     RESUMABLE: ClassVar[frozenset[str]] = frozenset({
         "num_workers", "prefetch_factor", "verify", "allow_unhashed", "cache_dir", "cache_bytes", "fetch_timeout",
-        "prefetch_threads", "prefetch_bytes"})
+        "prefetch_threads", "prefetch_bytes", "worker_timeout"})
     """Options a resumed run may change: they change how the samples arrive, never which (the order's options are
     also checked by the loader's own state)."""
