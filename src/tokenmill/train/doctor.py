@@ -36,6 +36,7 @@ class Fault:
     skipped_batches: list[int] = field(default_factory=list)
     lr_scale: float | None = None
     events: list[dict[str, Any]] = field(default_factory=list)  # the evidence: the events.jsonl records, as written
+    named: list[int] | None = None  # the ranks a replay's verdict names (its suspect); None: no verdict names any
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,7 +59,10 @@ class Diagnosis:
             return f"no faults in {self.steps} steps"
         parts = []
         for f in self.faults:
-            who = ", ".join(f"rank {r['rank']} (host {r.get('host')})" for r in f.ranks)
+            # The ranks a verdict names, when one does (a NaN on one rank reaches every shard: the others were
+            # flagged too, but the replay's suspect is the one); else the ranks flagged
+            who = ", ".join(f"rank {r['rank']} (host {r.get('host')})" for r in f.ranks
+                            if f.named is None or r["rank"] in f.named)
             if f.kind == RANK:
                 parts.append(f"rank anomaly on {who} at step {f.step}" + (" (rolled back)" if f.resumed_from_step
                                                                           is not None else ""))
@@ -190,8 +194,11 @@ def _on_verdict(faults: list[Fault], event: dict[str, Any], joined: Fault | None
     else:
         trigger = f"{event['trigger']}; " if event.get("trigger") else ""
         entry = _new(faults, event, kind, trigger + verdict, str(event.get("decision", action)))
-    if kind != DATA:  # the rank a hardware or transient verdict names (data is named by its documents)
+    if kind == DATA:  # what the run did is the rollback's to say: until one joins, the events record none
+        entry.action = "classified as data; no rollback recorded after it (the run stopped, or was stopped)"
+    else:  # the rank a hardware or transient verdict names (data is named by its documents)
         named = event.get("ranks") or ([{"rank": event["rank"]}] if "rank" in event else [])
+        entry.named = [r.get("rank") for r in named]
         for r in named:
             if all(x.get("rank") != r.get("rank") for x in entry.ranks):
                 entry.ranks.append({"rank": r.get("rank"), "host": r.get("host", event.get("host")),

@@ -11,19 +11,23 @@ Every step each rank measures, before the optimizer applies anything:
   shows there, on its own rank, before the reduction mixes it into every shard. On one rank there is no reduction:
   the local norm is the norm of the whole gradient.
 - ``grad_norm_shard``: the L2 norm of the shard of the *reduced* gradient that the rank holds (its local tensors, so
-  the sum over ranks of the squares is the squared global norm the clipping uses). FSDP2 shards every parameter by
-  rows, so each rank holds a similar slice of every layer and the shard norms are comparable across ranks. A
-  gradient that goes bad before the reduction raises every rank's shard alike (the reduction spreads it); a rank
-  whose shard stands out went bad after it (its reduction output, its memory), or the step's gradient sits in the
-  rows it holds (a batch of one token repeated puts it in that token's embedding row).
+  the sum over ranks of the squares is the squared global norm the clipping uses). Shard norms are NOT comparable
+  across ranks: FSDP2 shards each parameter by rows, and the token embedding's rows are token ids, so rank 0 holds
+  the frequent ids and most of the embedding's gradient (on the demo's tokens, two ranks: about 0.75 against 0.15
+  at every step of a healthy run). A shard is therefore judged against its own past only: its norm relative to the
+  ranks' median, against that rank's recent ratios. A gradient that goes bad before the reduction raises every
+  shard alike (the reduction spreads it: the ratios stay) and shows in the local norm; a rank whose ratio jumps went
+  bad after the reduction (its reduction output, its memory), or the step's gradient sits in the rows it holds (a
+  batch of one token repeated puts it in that token's embedding row).
 - ``param_checksum`` every ``every`` steps: an integer sum of the bit patterns of the rank's parameter shard (the
   parameters this step's forward used), modulo 2**52. Any single bit flip changes it; integer sums do not depend on
   the summation order, so a rerun of the same steps, or a replay of the step, gives the same value bit for bit.
 
 The values go to every rank in one ``all_gather`` of a small float64 tensor per step (every rank then reaches the
 same verdict, which the replay of next session needs) and rank 0 appends them to ``ranks.jsonl``, one row per rank
-per step. ``find_anomalies`` flags a rank at once when a value is non-finite or far outside the others' spread; the
-step records it (``step._record_anomalies``), and with replay on the step is re-run and classified (``replay_step.py``).
+per step. ``Detector`` flags a rank at once when a value is non-finite, when its loss or local norm is far outside
+the others' spread (values of the same kind: each rank's own micro-batches), or when its shard's norm relative to the
+ranks' median leaves that rank's own recent ratios; the step records it (``step._record_anomalies``), and with replay on the step is re-run and classified (``replay_step.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from tokenmill.config_base import StrictModel
 
 #: The per-step values checked for anomalies, in the order of the gathered tensor (the checksum follows).
 METRICS = ("loss", "grad_norm_local", "grad_norm_shard")
+#: Judged across ranks: each rank's value comes from its own micro-batches, so healthy ranks agree up to the data.
+ACROSS_RANKS = ("loss", "grad_norm_local")
+#: Judged against the rank's own recent values only, relative to the ranks' median (see the module doc).
+OWN_SHARE = ("grad_norm_shard",)
 CHECKSUM_MOD = 2**52  # exact in a float64, so it travels in the same gathered tensor
 
 
@@ -61,10 +69,13 @@ class FingerprintConfig(StrictModel):
     """Floor of the spread, as a relative difference (log1p of it): ranks see different samples, so their values
     differ by some tens of percent in a healthy run, and a run whose ranks agree closely must not flag noise."""
     history: int = Field(default=16, ge=3)
-    """With two ranks there is no spread of the others (one value, and the rule is symmetric: each is as far from
-    the other). When the two disagree by more than the threshold, the one named is the one further from its own
-    last ``history`` unflagged values: the rank that moved, not its healthy peer. Both are named while either has
-    fewer than three such values (the first steps of a run)."""
+    """Recent unflagged values kept per rank and metric. A shard's norm relative to the ranks' median is judged
+    against its rank's last ``history`` ratios (from the fourth step on). With two ranks there is no spread of the
+    others (one value, and the rule is symmetric: each is as far from the other): their difference is judged
+    against its last ``history`` values (a lasting difference is learnt), and when it is flagged the one named is
+    the one further from its own recent values, the rank that moved, not its healthy peer; both are named while
+    either has fewer than three (the first steps of a run), and those values still join the history, so a run
+    whose first steps disagree learns each rank's level instead of naming both at every step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +88,12 @@ class Anomaly:
     device: str
     metric: str
     rule: str
-    """``non_finite``, or ``outlier`` (more than ``threshold`` spreads from the others' median)."""
+    """``non_finite``; ``outlier`` (more than ``threshold`` spreads from the others' median); or ``departure`` (a
+    shard's norm relative to the ranks' median more than ``threshold`` spreads from that rank's recent ratios)."""
     value: float
     reference: float | None
-    """The others' median (the other rank's value with two ranks)."""
+    """The others' median (the other rank's value with two ranks); for a ``departure``, the rank's usual ratio to
+    the ranks' median (its recent median)."""
     score: float | None
     """Distance from the reference in spreads (log space)."""
     values: tuple[float, ...]
@@ -89,6 +102,12 @@ class Anomaly:
     def describe(self) -> str:
         if self.rule == "non_finite":
             return f"{self.metric} {self.value} is not finite"
+        if self.rule == "departure":
+            # The ranks' median as the detector takes it: in log space (two middle values: their geometric mean)
+            median = math.exp(float(np.median(np.log(np.maximum(self.values, 1e-30)))))
+            now = self.value / median
+            return (f"{self.metric} {self.value:.4g} is {now:.3g}x the ranks' median, against its usual "
+                    f"{self.reference:.3g}x ({self.score:.1f} spreads)")
         return f"{self.metric} {self.value:.4g} vs the others' {self.reference:.4g} ({self.score:.1f} spreads)"
 
 
@@ -98,54 +117,123 @@ class Detector:
     def __init__(self, cfg: FingerprintConfig, world_size: int, skip: tuple[str, ...] = ()):
         self.cfg, self.skip = cfg, skip
         self.history = [[deque(maxlen=cfg.history) for _ in METRICS] for _ in range(world_size)]
+        """Per rank and metric, recent unflagged values as judged (log; a shard's relative to the ranks' median)."""
+        self.own = [[deque(maxlen=cfg.history) for _ in METRICS] for _ in range(world_size)]
+        """Per rank and metric, a shard's own recent log norms (which of two ranks moved)."""
+        self.gaps = [deque(maxlen=cfg.history) for _ in METRICS]
+        """Per metric, with two ranks: their recent unflagged differences (log ratio, rank 0's over rank 1's)."""
 
     def check(self, values: np.ndarray) -> list[tuple[int, str, str, float, float | None, float | None]]:
         """``values``: (world, len(METRICS)). Returns (rank, metric, rule, value, reference, score) per flag, and
-        adds every finite unflagged value to its rank's history."""
-        cfg = self.cfg
-        floor = math.log1p(cfg.min_rel_spread)
-        flags = []
+        adds every finite unflagged value (a shard's relative to the ranks' median) to its rank's history."""
+        floor = math.log1p(self.cfg.min_rel_spread)
+        flags: list[tuple[int, str, str, float, float | None, float | None]] = []
         for j, metric in enumerate(METRICS):
             if metric in self.skip:
                 continue
             x = values[:, j]
             finite = np.isfinite(x)
-            flagged = set()
+            flagged: set[int] = set()
+            if metric in OWN_SHARE and not finite.all() and self._spread_from_a_local(values):
+                continue  # a rank's non-finite gradient, spread to every shard by the reduction: its local names it
             for r in np.nonzero(~finite)[0].tolist():
                 flags.append((r, metric, "non_finite", float(x[r]), None, None))
                 flagged.add(r)
+            if metric in OWN_SHARE:
+                if finite.all() and len(x) > 1:  # one rank's shard is the whole gradient: nothing to compare
+                    self._check_shards(j, metric, x, floor, flags, flagged)
+                continue
             ok = np.nonzero(finite)[0]
             y = np.log(np.maximum(x, 1e-30))
             if len(ok) == 2:
-                # Two ranks: the other one is no spread. They disagree or not; which one moved is told by each
-                # one's departure from its own recent values (both are named while there is no history yet).
-                a, b = ok.tolist()
-                score = abs(y[a] - y[b]) / floor
-                if score > cfg.threshold:
-                    moved = [self._departure(r, j, y[r], floor) for r in (a, b)]
-                    named = (a, b) if None in moved else ((a,) if moved[0] >= moved[1] else (b,))
-                    for r in named:
-                        other = b if r == a else a
-                        flags.append((r, metric, "outlier", float(x[r]), float(x[other]), round(score, 2)))
-                        flagged.add(r)
-            elif len(ok) >= 3:
-                for r in ok.tolist():
-                    others = y[ok[ok != r]]
-                    m = float(np.median(others))
-                    spread = max(1.4826 * float(np.median(np.abs(others - m))), floor)
-                    score = abs(y[r] - m) / spread
-                    if score > cfg.threshold:
-                        flags.append((r, metric, "outlier", float(x[r]), math.exp(m), round(score, 2)))
-                        flagged.add(r)
+                learn = self._check_pair(j, metric, x, y, ok.tolist(), floor, flags, flagged)
+            else:
+                learn = set()
+                if len(ok) >= 3:
+                    self._check_spread(metric, x, y, ok, floor, flags, flagged)
             for r in ok.tolist():
-                if r not in flagged:
+                if r not in flagged or r in learn:
                     self.history[r][j].append(float(y[r]))
         return flags
 
-    def _departure(self, rank: int, j: int, y: float, floor: float) -> float | None:
-        """How far ``rank``'s value is from its own recent unflagged values, in their spreads; None with fewer
-        than three of them."""
-        h = np.asarray(self.history[rank][j])
+    def _spread_from_a_local(self, values: np.ndarray) -> bool:
+        """Some rank's local norm (measured here) is not finite: the shards' non-finite values came from it."""
+        if "grad_norm_local" in self.skip:
+            return False
+        return not np.isfinite(values[:, METRICS.index("grad_norm_local")]).all()
+
+    def _check_spread(self, metric: str, x: np.ndarray, y: np.ndarray, ok: np.ndarray, floor: float,
+                      flags: list, flagged: set[int]) -> None:
+        """Three ranks or more: each against the others' median and MAD (log space)."""
+        for r in ok.tolist():
+            others = y[ok[ok != r]]
+            m = float(np.median(others))
+            spread = max(1.4826 * float(np.median(np.abs(others - m))), floor)
+            score = abs(y[r] - m) / spread
+            if score > self.cfg.threshold:
+                flags.append((r, metric, "outlier", float(x[r]), math.exp(m), round(score, 2)))
+                flagged.add(r)
+
+    def _check_pair(self, j: int, metric: str, x: np.ndarray, y: np.ndarray, pair: list[int], floor: float,
+                    flags: list, flagged: set[int]) -> set[int]:
+        """Two ranks: the other one is no spread, so their difference (log ratio) is judged against its own recent
+        values: a lasting difference is learnt, a new one is flagged (before three such values, against none: more
+        than ``threshold`` floors apart). Which one moved is told by each one's departure from its own recent
+        values; both are named while either has none yet, and the ranks named for want of a history are returned:
+        their values still join it."""
+        a, b = pair
+        gap = float(y[a] - y[b])
+        past = np.asarray(self.gaps[j])
+        if len(past) < 3:
+            usual, spread = 0.0, floor
+        else:
+            usual = float(np.median(past))
+            spread = max(1.4826 * float(np.median(np.abs(past - usual))), floor)
+        score = abs(gap - usual) / spread
+        if score <= self.cfg.threshold:
+            self.gaps[j].append(gap)
+            return set()
+        moved = [self._departure(r, j, y[r], floor) for r in (a, b)]
+        unknown = None in moved
+        named = (a, b) if unknown else ((a,) if moved[0] >= moved[1] else (b,))
+        for r in named:
+            other = b if r == a else a
+            flags.append((r, metric, "outlier", float(x[r]), float(x[other]), round(score, 2)))
+            flagged.add(r)
+        if unknown:  # the first steps: learn this difference rather than name both ranks at every step
+            self.gaps[j].append(gap)
+        return set(named) if unknown else set()
+
+    def _check_shards(self, j: int, metric: str, x: np.ndarray, floor: float, flags: list, flagged: set[int]) -> None:
+        """Each rank's shard norm relative to the ranks' median (log space), against that rank's own recent relative
+        values: a rank's lasting offset (the frequent token ids' rows on rank 0) is learnt, a global change (every
+        shard alike) cancels, and one rank's jump moves the median of three or more little. With two ranks the
+        median is the mean, so both move alike: the one named is the one whose own norm left its recent norms more
+        (both while unknown). None judged before three values."""
+        y = np.log(np.maximum(x, 1e-30))
+        rel = y - float(np.median(y))
+        departs = {}
+        for r in range(len(x)):
+            score = self._departure(r, j, float(rel[r]), floor)
+            if score is not None and score > self.cfg.threshold:
+                departs[r] = score
+        if len(x) == 2 and len(departs) == 2:
+            own = [self._departure(r, j, float(y[r]), floor, self.own) for r in (0, 1)]
+            if None not in own:
+                departs = {r: departs[r] for r in ((0,) if own[0] >= own[1] else (1,))}
+        for r in range(len(x)):
+            if r in departs:
+                usual = float(np.median(np.asarray(self.history[r][j])))
+                flags.append((r, metric, "departure", float(x[r]), math.exp(usual), round(departs[r], 2)))
+                flagged.add(r)
+            elif r not in flagged:
+                self.history[r][j].append(float(rel[r]))
+                self.own[r][j].append(float(y[r]))
+
+    def _departure(self, rank: int, j: int, y: float, floor: float, history: list | None = None) -> float | None:
+        """How far ``rank``'s value is from its own recent unflagged values (``history``, default the judged
+        values'), in their spreads; None with fewer than three of them."""
+        h = np.asarray((history or self.history)[rank][j])
         if len(h) < 3:
             return None
         m = float(np.median(h))

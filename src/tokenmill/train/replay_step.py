@@ -106,8 +106,8 @@ def _what_is_done(classification: str, on_hardware: str) -> str:
     """The ``decision`` of the replay event: what the run does about the fault."""
     if classification == TRANSIENT:
         return "replayed step applied; run went on"
-    if classification == DATA:
-        return "rolled back and skipped its batches (the rollback event names the documents)"
+    if classification == DATA:  # what follows is the guard's: the rollback event records it, if it happens
+        return "handed to the guard as bad data: rolled back and its batches skipped, if a rollback follows"
     return "stopped; faulty_ranks.json written" if on_hardware == "stop" else \
         "faulty_ranks.json written; run went on without this step's update (world size unchanged)"
 
