@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
-from tokenmill.config_base import StrictModel, key_path, load_yaml, resolve
+from tokenmill.config_base import StrictModel, expand_path, key_path, load_yaml, resolve
 from tokenmill.loader.options import LoaderOptions
 from tokenmill.train.fingerprints import FingerprintConfig
 from tokenmill.train.guard import GuardConfig
@@ -18,13 +18,19 @@ from tokenmill.train.replay import ReplayConfig
 from tokenmill.train.watchdog import WatchdogConfig
 
 
+def is_uri(path: str) -> bool:
+    """An object-store location (`s3://...`), not a file path."""
+    return "://" in path
+
+
 class DataConfig(StrictModel):
     """One `tokens.json` and its share of the mixture."""
 
     path: str
-    """A `tokens.json`, or a run folder (its `tokenize/tokens.json` is used); relative to the config file's folder.
-    Only where the data is: a checkpoint knows its data by content (the loader's fingerprints), so the same files
-    moved or copied elsewhere resume."""
+    """A `tokens.json`, or a run folder (its `tokenize/tokens.json` is used); relative to the config file's folder;
+    or the same on an object store (`s3://bucket/run`, `gs://...`), streamed through the loader's node cache
+    (`loader: {cache_dir, cache_bytes, shuffle_block: file}`). Only where the data is: a checkpoint knows its data
+    by content (the loader's fingerprints), so the same files moved or copied elsewhere resume."""
     weight: float = Field(default=1.0, ge=0)
     """Share of this dataset in the mixture (split among its sources by their samples)."""
 
@@ -163,10 +169,11 @@ class TrainConfig(StrictModel):
         return self
 
     def resolved_paths(self) -> list[str]:
-        """Each dataset's `tokens.json` (a run folder or a folder means the one in it: `tokens_json.locate`)."""
+        """Each dataset's `tokens.json` (a run folder or a folder means the one in it: `tokens_json.locate`); a URI
+        as written (the loader finds the index in an object-store folder: `loader.remote.index_uri`)."""
         from tokenmill.tokenize.tokens_json import locate
 
-        return [str(locate(d.path)) for d in self.data]
+        return [d.path if is_uri(d.path) else str(locate(d.path)) for d in self.data]
 
 
 def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainConfig:
@@ -183,9 +190,10 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
     problems: list[str] = []
 
     def fix(key: str, p: str) -> str:
-        # As every config path: `~` and `$VAR` expanded, then relative to the config file's folder.
+        # As every config path: `~` and `$VAR` expanded, then relative to the config file's folder; a URI is
+        # never a file path (`Path` would fold `s3://b` into `s3:/b` under the config's folder).
         try:
-            return str(resolve(p, base))
+            return expand_path(p) if is_uri(p) else str(resolve(p, base))
         except ValueError as err:
             problems.append(f"  {key}: {err}")
             return p
@@ -199,7 +207,8 @@ def parse_train_config(data: Any, base_dir: str | os.PathLike = ".") -> TrainCon
     config = config.model_copy(update=update)
     if problems:
         raise ConfigError("invalid train config:\n" + "\n".join(problems))
-    missing = [p for p in config.resolved_paths() if not Path(p).is_file()]
+    # A URI is read when the loader is built (on every rank, naming the object); a local file is checked now.
+    missing = [p for p in config.resolved_paths() if not is_uri(p) and not Path(p).is_file()]
     if missing:
         raise ConfigError("invalid train config:\n" + "\n".join(
             f"  data: {p} does not exist (the tokenize stage writes <run>/tokenize/tokens.json)" for p in missing))

@@ -13,6 +13,7 @@ import torch
 
 from tokenmill.errors import TokenmillError
 from tokenmill.loader import DataError, TokenLoader
+from tokenmill.loader.loader import default_cache_dir
 from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.disk import RunDisk
@@ -135,10 +136,14 @@ class Run:
         if not cfg.eval_every:
             return None
         try:
+            # Unshuffled, in this process. From an object store, in a cache folder of its own with room for its
+            # own data: one folder's bound is for all its loaders, and the train loader's files fill the train one.
+            base = Path(cfg.loader.cache_dir) if cfg.loader.cache_dir is not None else default_cache_dir()
+            options = {**cfg.loader.model_dump(), "shuffle": False, "shuffle_block": None, "num_workers": 0,
+                       "cache_dir": str(base / "valid"), "cache_bytes": None, "prefetch_bytes": None}
             return TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                                micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
-                               world_size=d.world_size, split="valid",
-                               **{**cfg.loader.model_dump(), "shuffle": False, "shuffle_block": None, "num_workers": 0})
+                               world_size=d.world_size, split="valid", **options)
         except (DataError, ValueError) as err:
             self.say.warn(f"no validation loss: the valid split cannot be read ({err})")
             return None
