@@ -167,8 +167,13 @@ class _WorkerStream(torch.utils.data.IterableDataset):
             yield ids, tokens, positions, stats
 
 
-class TokenLoader:
+class TokenLoader(torch.utils.data.IterableDataset):
     """Micro-batches ``{"input_ids", "labels"[, "position_ids"]}`` (LongTensor[micro_batch_size, seq_len]) forever.
+
+    A PyTorch ``IterableDataset``: iterate it directly, or give it to ``DataLoader(loader, batch_size=None)`` (the
+    batches are already made; ``num_workers`` of that DataLoader 0: this loader has its own workers, and its state
+    is kept in this process, which a DataLoader worker's copy would not advance). Its state is JSON
+    (``state_dict``/``load_state_dict``); ``tokenmill.loader.LoaderState`` carries it in a DCP checkpoint.
 
     Args:
         paths: `tokens.json` files (or the folders holding them, or run folders); their streams are mixed by
@@ -527,6 +532,13 @@ class TokenLoader:
     # -- iteration -----------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        if torch.utils.data.get_worker_info() is not None:
+            # A DataLoader worker holds a copy: every worker would serve the whole sequence, and the state kept in
+            # the main process would never move (nor could this copy start workers of its own).
+            raise RuntimeError("TokenLoader is being iterated in a DataLoader worker: give it to "
+                               "DataLoader(loader, batch_size=None) with num_workers=0, or iterate it directly, "
+                               "and set the TokenLoader's own num_workers to build micro-batches in worker "
+                               "processes")
         return _Iterator(self, self._generation)
 
     def micro_batch(self, k: int, m: int) -> dict[str, torch.Tensor]:
