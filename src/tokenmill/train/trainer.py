@@ -83,7 +83,7 @@ class Trainer:
         first_loss = None
         run.model.train()
         run.say.start(cfg.steps, step)
-        watchdog = Watchdog.start(cfg.watchdog, d, self.out, run.model)  # hangs: watchdog.py
+        watchdog = Watchdog.start(cfg.watchdog, d, self.out, run.model, compiled=cfg.compile)  # hangs: watchdog.py
         try:  # a live display must not outlive a failed run
             while step < cfg.steps:
                 watchdog.begin(step + 1)

@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import Field
 
@@ -57,6 +57,17 @@ class WatchdogConfig(StrictModel):
     timeout_s: float = Field(default=600.0, gt=0)
     """Seconds without a finished step (measured from the previous one, so a checkpoint or an evaluation after a
     step counts towards the next) before the watchdog dumps the stacks and stops the run."""
+    first_step_timeout_s: Optional[float] = Field(default=None, gt=0)
+    """The same for the first step after a start or a resume, which compiles (`compile: true`), warms the GPU's
+    kernels and runs the first all-gathers: a step several times a steady one, longer still on a loaded machine.
+    Default: ``timeout_s``, but at least 1,800 s with `compile: true` and 300 s without (a slow first step is not a
+    hang of every rank)."""
+
+    def first_step_limit(self, compiled: bool) -> float:
+        """Seconds the first step may take."""
+        if self.first_step_timeout_s is not None:
+            return self.first_step_timeout_s
+        return max(self.timeout_s, 1800.0 if compiled else 300.0)
 
 
 class Progress:
@@ -69,6 +80,7 @@ class Progress:
         self.collective: dict[str, Any] | None = None  # the last completed collective: name, step, time
         self.finished_at = time.monotonic()  # the last finished step (or the watchdog's start)
         self.since = time.time()  # the last progress point
+        self.finished = 0  # steps finished since this process started (0: the first step is in progress)
 
     def begin(self, step: int) -> None:
         self.step, self.phase = step, "start"
@@ -90,6 +102,7 @@ class Progress:
         self.ticks += 1
         self.since = time.time()
         self.finished_at = time.monotonic()
+        self.finished += 1
 
     def snapshot(self) -> dict[str, Any]:
         return {"step": self.step, "phase": self.phase, "since": self.since, "ticks": self.ticks,
@@ -113,8 +126,9 @@ class Watchdog:
     and ``stop`` at the end. Disabled, it only keeps the ``Progress`` (no thread, no files)."""
 
     def __init__(self, config: WatchdogConfig, progress: Progress, rank: int, world_size: int, device: str,
-                 output: Path):
+                 output: Path, compiled: bool = False):
         self.cfg, self.progress = config, progress
+        self.first_limit = config.first_step_limit(compiled)
         self.rank, self.world_size, self.device = rank, world_size, device
         self.host = socket.gethostname()
         self.output = Path(output)
@@ -128,10 +142,11 @@ class Watchdog:
         self._hook = None
 
     @classmethod
-    def start(cls, config: WatchdogConfig, d: Any, output: Path, model: Any = None) -> "Watchdog":
+    def start(cls, config: WatchdogConfig, d: Any, output: Path, model: Any = None, compiled: bool = False
+              ) -> "Watchdog":
         """Start the watchdog of rank ``d.rank`` (a ``Distributed``), writing under ``output``; ``model``'s forward
-        becomes a progress point."""
-        dog = cls(config, d.progress, d.rank, d.world_size, str(d.device), output)
+        becomes a progress point; ``compiled``: the first step compiles (it is allowed longer)."""
+        dog = cls(config, d.progress, d.rank, d.world_size, str(d.device), output, compiled)
         if config.enabled:
             dog._start(model)
         return dog
@@ -181,12 +196,16 @@ class Watchdog:
 
     # -- the thread ----------------------------------------------------------------------------------------------
 
+    def limit(self) -> float:
+        """The seconds the step in progress may take: the first one's (it compiles and warms up), then ``timeout_s``."""
+        return self.first_limit if self.progress.finished == 0 else self.cfg.timeout_s
+
     def _watch(self) -> None:
         poll = min(1.0, self.cfg.timeout_s / 5)
         while not self._stop.wait(poll):
             self._beat()
             stalled = time.monotonic() - self.progress.finished_at
-            if stalled > self.cfg.timeout_s:
+            if stalled > self.limit():
                 try:
                     self._fire(stalled)
                 except Exception as err:  # noqa: BLE001 - whatever went wrong in the report, the process must end
@@ -260,7 +279,7 @@ class Watchdog:
             except OSError as err:  # the report below still names the rank behind
                 self._unwritable_said(stacks, err, "its stacks")
         report = {"rank": self.rank, "host": self.host, "device": self.device, "time": time.time(),
-                  "timeout_s": self.cfg.timeout_s, "stalled_s": round(stalled, 3), "output": str(self.output),
+                  "timeout_s": self.limit(), "stalled_s": round(stalled, 3), "output": str(self.output),
                   "watchdog_dir": str(self.folder), "stack_file": str(stacks),
                   "behind": behind(beats), "heartbeats": {str(r): b for r, b in beats.items()}}
         report["message"] = describe(report)
