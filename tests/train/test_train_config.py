@@ -100,13 +100,13 @@ def test_every_loader_option_reaches_the_loader_from_the_yaml(tmp_path, monkeypa
     from tests.train.runs import config, write_config, write_tokens
     from tokenmill.cli import main
     from tokenmill.train import run as run_module
-    from tokenmill.train.config import TrainLoaderOptions
+    from tokenmill.loader.options import LoaderOptions
 
-    given = {"num_workers": 0, "shuffle": True, "shuffle_block": "file", "shuffle_window": 3, "position_ids": True,
+    given = {"num_workers": 1, "shuffle": True, "shuffle_block": "file", "shuffle_window": 3, "position_ids": True,
              "prefetch_factor": 3, "verify": False, "allow_unhashed": True, "cache_dir": "cache",
              "cache_bytes": 1 << 30, "fetch_timeout": 30.0, "prefetch_threads": 2, "prefetch_bytes": 1 << 20}
     # All but `shuffle` off their defaults (unshuffled, a block shuffle would have nothing to do)
-    assert {k for k, v in given.items() if v == TrainLoaderOptions.model_fields[k].default} == {"shuffle"}
+    assert {k for k, v in given.items() if v == LoaderOptions.model_fields[k].default} == {"shuffle"}
     built: list[dict] = []
 
     class Recording(run_module.TokenLoader):
@@ -121,8 +121,8 @@ def test_every_loader_option_reaches_the_loader_from_the_yaml(tmp_path, monkeypa
     train, valid = built[0], built[1]
     assert {k: train[k] for k in given} == {**given, "cache_dir": str(tmp_path / "cache")}
     # An option added later, not set here, reaches the loader too, at its default
-    defaults = {k: f.default for k, f in TrainLoaderOptions.model_fields.items() if k not in given}
-    assert {k: train[k] for k in defaults} == defaults and set(given) <= set(TrainLoaderOptions.model_fields)
+    defaults = {k: f.default for k, f in LoaderOptions.model_fields.items() if k not in given}
+    assert {k: train[k] for k in defaults} == defaults and set(given) <= set(LoaderOptions.model_fields)
     assert valid["split"] == "valid" and valid["shuffle"] is False and valid["shuffle_block"] is None
     assert valid["position_ids"] is True and valid["verify"] is False and valid["num_workers"] == 0
 

@@ -35,14 +35,6 @@ class DataConfig(StrictModel):
     """Share of this dataset in the mixture (split among its sources by their samples)."""
 
 
-class TrainLoaderOptions(LoaderOptions):
-    """The loader's options as the trainer takes them: its own default for the workers."""
-
-    num_workers: int = Field(default=1, ge=0)
-    """DataLoader worker processes building micro-batches ahead (0: in the training process); one by default, so
-    that batches are built while the step computes."""
-
-
 class TrainConfig(StrictModel):
     """`tokenmill train CONFIG`: an OPT-style decoder on tokenmill's token files, with FSDP2."""
 
@@ -95,7 +87,7 @@ class TrainConfig(StrictModel):
     """Steps between validation losses on the `valid` split (0: never)."""
     eval_batches: int = Field(default=4, gt=0)
     """Global batches of the valid split per evaluation (always the same ones)."""
-    loader: TrainLoaderOptions = TrainLoaderOptions()
+    loader: LoaderOptions = LoaderOptions()
     """The token loader's options (`tokenmill.loader.options.LoaderOptions`: workers, block shuffle, position ids,
     verification, the cache of a `tokens.json` URI ...), e.g. `{num_workers: 2, shuffle_block: file}`; the
     validation split's loader takes the same, unshuffled."""

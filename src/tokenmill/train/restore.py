@@ -7,7 +7,8 @@ from typing import Any
 
 from tokenmill.loader import ResumeError, TokenLoader
 from tokenmill.loader.batches import next_served
-from tokenmill.train.config import TrainConfig, TrainLoaderOptions
+from tokenmill.loader.options import LoaderOptions
+from tokenmill.train.config import TrainConfig
 from tokenmill.train.errors import EveryRankError
 from tokenmill.train.guard import Verdict
 from tokenmill.train.run import Run
@@ -106,8 +107,8 @@ def _loader_keys(config: dict[str, Any]) -> dict[str, Any]:
     block = dict(config.get("loader") or {})
     if "reset_position_ids" in config:
         block.setdefault("position_ids", config["reset_position_ids"])
-    options = {**TrainLoaderOptions().model_dump(mode="json"), **block}
-    out.update({f"loader.{k}": v for k, v in options.items() if k not in TrainLoaderOptions.RESUMABLE})
+    options = {**LoaderOptions().model_dump(mode="json"), **block}
+    out.update({f"loader.{k}": v for k, v in options.items() if k not in LoaderOptions.RESUMABLE})
     return out
 
 
