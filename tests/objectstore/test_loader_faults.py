@@ -100,7 +100,8 @@ def test_a_corrupt_head_is_refused_naming_it(data, tmp_path, s3_server):
     from tokenmill.loader.streams import HEAD
 
     path, total, root = data
-    loader = TokenLoader(URI, cache_dir=tmp_path / "cache", cache_bytes=total // 4, shuffle_block="file", **KW)
+    loader = TokenLoader(URI, cache_dir=tmp_path / "cache", cache_bytes=total // 4, shuffle_block="file",
+                         shuffle_window=2, **KW)  # a window a quarter of the data holds
     stream = loader.streams[0]
     assert stream.heads and (stream.name, 1, HEAD) in loader.fetcher.objects
     prefix = stream.files[1].prefix
@@ -111,7 +112,8 @@ def test_a_corrupt_head_is_refused_naming_it(data, tmp_path, s3_server):
     loader.close()
     s3_server.client().put_object(Bucket=BUCKET, Key=prefix.split(f"s3://{BUCKET}/", 1)[1] + ".bin",
                                   Body=bytes([good[3] ^ 4]).join([good[:3], good[4:]]))
-    loader = TokenLoader(URI, cache_dir=tmp_path / "cache2", cache_bytes=total // 4, shuffle_block="file", **KW)
+    loader = TokenLoader(URI, cache_dir=tmp_path / "cache2", cache_bytes=total // 4, shuffle_block="file",
+                         shuffle_window=2, **KW)  # a window a quarter of the data holds
     with pytest.raises(DataError, match=rf"{prefix}\.bin \(its first 64 bytes\): sha256 .* differs"):
         loader.fetcher.hold([(loader.streams[0], 1, HEAD)])
     loader.close()

@@ -38,6 +38,12 @@ CHUNK_TOKENS = 1 << 20  # per worker hand-over, and at most this many micro-batc
 CHUNK_MICRO_BATCHES = 64
 
 
+FETCH_RATIO_WARN = 1.5
+"""Bytes fetched per byte of samples used above which a streaming loader warns (once): a block shuffle the cache
+holds fetches each file about once an epoch (1.10 measured with two workers), a cache too small for the order
+hundreds of times."""
+
+
 def default_cache_dir() -> Path:
     """``$TOKENMILL_TOKEN_CACHE``, else ``$XDG_CACHE_HOME/tokenmill/tokens``, else ``~/.cache/tokenmill/tokens``."""
     if os.environ.get(TOKEN_CACHE_ENV):
@@ -253,6 +259,8 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self.skips: list[tuple[int, int]] = []
         self.last_batch: int | None = None
         self._generation = 0
+        self._handed = 0  # micro-batches handed out by this process (the fetch ratio's denominator)
+        self._thrash_said = False
 
     # -- object storage ------------------------------------------------------------------------------------------
 
@@ -291,7 +299,8 @@ class TokenLoader(torch.utils.data.IterableDataset):
                 sizes[(stream.name, i)] = f.tokens * itemsize + index_bytes(f.documents)
         check_objects(store, {o.uri: o.size for pair in objects.values() for o in pair})
         whole = dict(sizes)
-        total = sum(whole.values())
+        # The data this loader reads: a stream of weight 0 is listed (for its sizes), never fetched.
+        total = sum(size for (name, _), size in whole.items() if self.weights[name] > 0)
         if cache_bytes is None:
             folder.mkdir(parents=True, exist_ok=True)
             fs = os.statvfs(folder)
@@ -318,6 +327,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
                                   f"token files of up to {sizes[key]} bytes, a sample spanning up to {span}); raise "
                                   f"cache_bytes to at least {pinned}, or lower num_workers")
         if cache_bytes < total:
+            self._check_window(remote, whole, cache_bytes, total)
             # The sample that runs from one file into the next reads the next one's recorded head (a ranged read,
             # checked against its own sha256), not the whole file: a block of a file's samples needs that file only.
             for stream in remote:
@@ -346,7 +356,62 @@ class TokenLoader(torch.utils.data.IterableDataset):
                                hold_bytes=total if cache_bytes >= total else int(window))
         for stream in remote:
             stream.fetcher = fetcher
+        self._remote_bytes = total
         return fetcher
+
+    def _window_bytes(self, remote: list, whole: dict, windows: int) -> int:
+        """The bytes of token files a block shuffle of ``windows`` blocks per window reads at once: every served
+        stream's window (the mixture interleaves them), counted with its largest files. A block of a file's samples
+        needs that file (the sample running into the next reads only its head); a block of ``b`` consecutive
+        samples the files its ``b x seq_len`` tokens fill, at the smallest file (and the next one's head)."""
+        need = 0
+        for stream in remote:
+            if self.weights[stream.name] > 0:
+                per_block = 1
+                if self.order.block != "file":
+                    least = min((f.tokens for f in stream.files if f.tokens), default=1)
+                    per_block = 1 + (int(self.order.block) * self.seq_len - 1) // least
+                sizes = sorted((whole[(stream.name, i)] for i in range(len(stream.files))), reverse=True)
+                need += sum(sizes[:per_block * windows])
+        return need
+
+    def _check_window(self, remote: list, whole: dict, cache_bytes: int, total: int) -> None:
+        """A cache smaller than the data: a block shuffle whose window the cache cannot hold is refused (a file was
+        fetched again for nearly every sample: 236x the data on a stream of eight files), naming the windows that
+        fit; a global shuffle is warned about (it reads files all over the data: shuffle_block: file)."""
+        if self.order.block is None:
+            log.warning("a global shuffle over %d bytes of remote token files with cache_bytes %d fetches a whole "
+                        "file for nearly every sample; set shuffle_block: file (a block shuffle the cache can follow)",
+                        total, cache_bytes)
+            return
+        windows = self.order.blocks
+        need = self._window_bytes(remote, whole, windows)
+        if need <= cache_bytes:
+            return
+        fits = next((w for w in range(windows - 1, 0, -1) if self._window_bytes(remote, whole, w) <= cache_bytes), 0)
+        fix = (f"lower shuffle_window to {fits} (or less)" if fits else "a window of one block does not fit either")
+        raise ConfigError(f"shuffle_window {windows}: a window of every served stream reads up to {need} bytes of "
+                          f"token files at once, more than cache_bytes {cache_bytes}: nearly every sample would fetch "
+                          f"a file again; {fix}, or raise cache_bytes to at least {need}")
+
+    def _note_fetched(self) -> None:
+        """Every 64 micro-batches, once the cache could have been filled: a warning, once, when this loader has
+        fetched more than FETCH_RATIO_WARN bytes per byte of samples it handed out, beyond a cache's worth fetched
+        ahead (files fetched again and again: a cache too small for the order)."""
+        self._handed += 1
+        if self._thrash_said or self._handed % 64:
+            return
+        itemsize = self.streams[0].dtype.itemsize
+        used = self._handed * self.micro_batch_size * (self.seq_len + 1) * itemsize
+        if used < min(self._remote_bytes, self.fetcher.cache.limit):
+            return  # a cold cache fetches whole files for its first samples
+        fetched = self.fetch_stats()["bytes_fetched"]
+        # Up to a cache's worth may be fetched ahead of use (prefetching), and the .idx files come with the .bin
+        if fetched - self.fetcher.cache.limit > FETCH_RATIO_WARN * used:
+            self._thrash_said = True
+            log.warning("the token cache has fetched %.1f bytes per byte of samples used (%d bytes for %d): files "
+                        "are fetched again and again; give it more cache_bytes, or a block shuffle "
+                        "(shuffle_block: file) with a shuffle_window it holds", fetched / used, fetched, used)
 
     def fetch_stats(self) -> dict[str, int]:
         """What this loader fetched from the store (its workers included, as of the last batch they handed over):
@@ -626,4 +691,6 @@ class _Iterator:
         # Counted here, in the main process, as the batch is handed out: prefetching never advances the state.
         loader.consumed_samples = loader.layout.consumed_after(k, m)
         loader.last_batch = k
+        if loader.fetcher is not None:
+            loader._note_fetched()
         return as_batch(tokens, positions)
