@@ -37,7 +37,7 @@ from tokenmill.loader import TokenLoader  # noqa: E402
 from tokenmill.tokenize.indexed import build_index  # noqa: E402
 from tokenmill.train.config import parse_train_config  # noqa: E402
 from tokenmill.train.metrics import peak_tflops  # noqa: E402
-from tokenmill.train.model import OPTDecoder, model_config  # noqa: E402
+from tokenmill.train.model import PRESETS, build_model, model_config  # noqa: E402
 from tokenmill.train.run import padded_vocab  # noqa: E402
 from tokenmill.train.trainer import Trainer  # noqa: E402
 
@@ -67,18 +67,21 @@ def plain_loop(path: Path, args, device: torch.device) -> list[float]:
     """nanoGPT-style: the model, AdamW, clip, accumulate; wall seconds per step."""
     torch.manual_seed(0)
     cfg = model_config(args.model, vocab_size=padded_vocab(args.vocab), max_seq_len=args.seq_len)
-    model = OPTDecoder(cfg).to(device)
+    model = build_model(cfg).to(device)
     model.init_weights(torch.Generator().manual_seed(0))
     opt = torch.optim.AdamW(model.param_groups(0.1), lr=3e-4, betas=(0.9, 0.95))
+    # A model that masks documents gets the position ids, as in the trainer.
     loader = TokenLoader([str(path)], seq_len=args.seq_len, global_batch_size=args.batch,
-                         micro_batch_size=args.micro, num_workers=0)
+                         micro_batch_size=args.micro, num_workers=0, position_ids=cfg.document_mask)
     it = iter(loader)
     accumulation = args.batch // args.micro
     times, last = [], time.perf_counter()
     for _ in range(args.steps):
         for _ in range(accumulation):
             b = next(it)
-            loss = model(b["input_ids"].to(device), labels=b["labels"].to(device))
+            positions = b.get("position_ids")
+            loss = model(b["input_ids"].to(device), labels=b["labels"].to(device),
+                         position_ids=None if positions is None else positions.to(device))
             (loss / accumulation).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -94,7 +97,7 @@ def trainer_loop(path: Path, args, out: Path, fingerprints: bool = True) -> tupl
     cfg = parse_train_config({"data": str(path), "model": args.model, "seq_len": args.seq_len,
                               "global_batch_size": args.batch, "micro_batch_size": args.micro, "steps": args.steps,
                               "lr": 3e-4, "output": str(out), "checkpoint_every": 10**9, "eval_every": 0,
-                              "num_workers": 0, "peak_tflops": args.peak_tflops, "log_every": 10**9,
+                              "loader": {"num_workers": 0}, "peak_tflops": args.peak_tflops, "log_every": 10**9,
                               "fingerprints": {"enabled": fingerprints, "every": args.fingerprint_every}})
     stamps, rows = [], []
 
@@ -109,7 +112,7 @@ def trainer_loop(path: Path, args, out: Path, fingerprints: bool = True) -> tupl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="opt-tiny")
+    parser.add_argument("--model", default="opt-tiny", choices=list(PRESETS))
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--micro", type=int, default=8)
@@ -143,7 +146,7 @@ def main() -> int:
                 shares.append(statistics.median(row["fingerprint_s"] / t for row, t in zip(rows[warm:], times[warm:])))
     tokens_per_step = args.batch * args.seq_len
     with torch.device("meta"):
-        flops = OPTDecoder(model_config(args.model, vocab_size=padded_vocab(args.vocab), max_seq_len=args.seq_len)) \
+        flops = build_model(model_config(args.model, vocab_size=padded_vocab(args.vocab), max_seq_len=args.seq_len)) \
             .flops_per_token(args.seq_len)
     best_plain, best_trainer = min(plain), min(trained)
     peak = peak_tflops(device, args.peak_tflops)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -13,7 +14,8 @@ from tokenmill.config_base import StrictModel, expand_path, key_path, load_yaml,
 from tokenmill.loader.options import LoaderOptions
 from tokenmill.train.fingerprints import FingerprintConfig
 from tokenmill.train.guard import GuardConfig
-from tokenmill.train.model import PRESETS
+from tokenmill.train.llama import LlamaConfig
+from tokenmill.train.model import ModelConfig, model_config
 from tokenmill.train.replay import ReplayConfig
 from tokenmill.train.watchdog import WatchdogConfig
 
@@ -36,18 +38,22 @@ class DataConfig(StrictModel):
 
 
 class TrainConfig(StrictModel):
-    """`tokenmill train CONFIG`: an OPT-style decoder on tokenmill's token files, with FSDP2."""
+    """`tokenmill train CONFIG`: an OPT-style or Llama-family decoder on tokenmill's token files, with FSDP2."""
 
     data: list[DataConfig]
     """The datasets: a tokens.json path, a list of paths, or a list of {path, weight}."""
     weights: dict[str, float] | None = None
     """Mixture weights per source (stream) name instead of per dataset; None uses the dataset weights. Streams not
     named get weight 0 (left out); an unknown name is an error."""
-    model: str | dict[str, int] = "opt-tiny"
-    """A preset (opt-tiny, opt-125m, opt-350m, opt-1.3b, opt-2.7b, opt-6.7b) or sizes
-    {n_layers, d_model, n_heads[, ffn_dim]}."""
+    model: str | dict[str, Any] = "opt-tiny"
+    """A preset (`tokenmill.train.model.PRESETS`: opt-tiny, opt-125m, opt-350m, opt-1.3b, opt-2.7b, opt-6.7b,
+    llama-tiny, llama-125m, llama-350m, llama-1b); or a preset and fields to change, `{preset: llama-1b,
+    document_mask: false}`; or sizes, `{n_layers, d_model, n_heads[, ffn_dim]}` for OPT, `{arch: llama, n_layers,
+    d_model, n_heads[, n_kv_heads, ffn_dim, rope_theta, tie_embeddings]}`. `document_mask` (attention within each
+    packed document; on for Llama, off for OPT) makes the trainer ask the loader for position ids."""
     dropout: float = Field(default=0.1, ge=0, lt=1)
-    """Dropout on attention probabilities and residual branches (none on embeddings), as in OPT."""
+    """Dropout on attention probabilities and residual branches (none on embeddings), as in OPT. The OPT models'
+    only: a Llama-family model has none, and refuses a dropout above 0."""
     seq_len: int = Field(default=2048, gt=0)
     """Tokens per sequence."""
     global_batch_size: int = Field(gt=0)
@@ -139,14 +145,9 @@ class TrainConfig(StrictModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: Any) -> Any:
-        if isinstance(value, str) and value not in PRESETS:
-            raise ValueError(f"unknown preset {value!r}; presets: {', '.join(PRESETS)}")
-        if isinstance(value, dict):
-            missing = {"n_layers", "d_model", "n_heads"} - set(value)
-            extra = set(value) - {"n_layers", "d_model", "n_heads", "ffn_dim"}
-            if missing or extra:
-                raise ValueError(f"sizes need n_layers, d_model, n_heads (and optionally ffn_dim); "
-                                 f"missing {sorted(missing)}, unknown {sorted(extra)}")
+        # The registry's and the model's own checks (a known preset, known fields, sizes that fit), at load: the
+        # vocabulary and seq_len do not change what they accept.
+        model_config(value, vocab_size=64, max_seq_len=64)
         return value
 
     @model_validator(mode="after")
@@ -158,7 +159,31 @@ class TrainConfig(StrictModel):
                              f"{self.micro_batch_size}")
         if self.warmup_steps >= self.steps and self.warmup_steps:
             raise ValueError(f"warmup_steps {self.warmup_steps} must be below steps {self.steps}")
+        self._model_fits()
         return self
+
+    def _model_fits(self) -> None:
+        """The top-level keys that the model takes from this config: dropout where it has dropout, the loader's
+        position ids where it masks documents."""
+        mcfg = self.resolved_model(vocab_size=64)
+        if not hasattr(mcfg, "dropout") and "dropout" in self.model_fields_set and self.dropout > 0:
+            raise ValueError(f"dropout: {self.model!r} has no dropout (Llama trains without); remove dropout or set "
+                             "it to 0")
+        if mcfg.document_mask and "position_ids" in self.loader.model_fields_set and not self.loader.position_ids:
+            raise ValueError("loader.position_ids: false, but the model masks documents (document_mask), which needs "
+                             "them: remove loader.position_ids, or set the model's document_mask: false")
+
+    def resolved_model(self, vocab_size: int) -> ModelConfig | LlamaConfig:
+        """The model this config trains (`tokenmill.train.model.build_model` makes it): the preset or sizes at
+        ``seq_len``, with ``dropout`` where the model has dropout (OPT)."""
+        mcfg = model_config(self.model, vocab_size=vocab_size, max_seq_len=self.seq_len)
+        return dataclasses.replace(mcfg, dropout=self.dropout) if hasattr(mcfg, "dropout") else mcfg
+
+    @property
+    def loader_position_ids(self) -> bool:
+        """Whether the loaders yield position ids: asked for (`loader.position_ids`), or needed by the model's
+        document mask (the vocabulary is the data's, and does not change the mask)."""
+        return self.loader.position_ids or self.resolved_model(vocab_size=64).document_mask
 
     def resolved_paths(self) -> list[str]:
         """Each dataset's `tokens.json` (a run folder or a folder means the one in it: `tokens_json.locate`); a URI

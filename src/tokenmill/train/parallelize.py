@@ -7,7 +7,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from tokenmill.train.distributed import Distributed
-from tokenmill.train.model import ModelConfig, OPTDecoder
+from tokenmill.train.llama import LlamaConfig
+from tokenmill.train.model import Decoder, ModelConfig, build_model
 
 
 def compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -15,8 +16,8 @@ def compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda") else torch.float32
 
 
-def parallelize(mcfg: ModelConfig, seed: int, dtype: torch.dtype, compile_blocks: bool, d: Distributed
-                ) -> OPTDecoder:
+def parallelize(mcfg: ModelConfig | LlamaConfig, seed: int, dtype: torch.dtype, compile_blocks: bool,
+                d: Distributed) -> Decoder:
     """Sharded per block then at the root (FSDP2) on several ranks, and filled with weights made by rank 0 from
     the seed alone: the same initial model whatever the world size. One rank trains the plain module (FSDP2
     over one rank only adds DTensor dispatch, about 7% of an opt-tiny step on CPU); its checkpoints hold plain
@@ -28,7 +29,7 @@ def parallelize(mcfg: ModelConfig, seed: int, dtype: torch.dtype, compile_blocks
                 block.compile()
         return model.to(d.device)
     with torch.device("meta"):
-        model = OPTDecoder(mcfg)
+        model = build_model(mcfg)
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 \
         else MixedPrecisionPolicy()
     for i, block in enumerate(model.blocks):
@@ -45,11 +46,11 @@ def parallelize(mcfg: ModelConfig, seed: int, dtype: torch.dtype, compile_blocks
     return model
 
 
-def initial_model(mcfg: ModelConfig, seed: int) -> OPTDecoder:
+def initial_model(mcfg: ModelConfig | LlamaConfig, seed: int) -> Decoder:
     """The initial weights, on the CPU, from the seed alone: built on the meta device (a module built on a real
     device initialises itself from the global RNG first), then filled through a seeded generator."""
     with torch.device("meta"):
-        model = OPTDecoder(mcfg)
+        model = build_model(mcfg)
     model.to_empty(device="cpu")
     model.init_weights(torch.Generator().manual_seed(seed))
     return model

@@ -23,7 +23,7 @@ from tokenmill.train.faults import TrainFaults
 from tokenmill.train.fingerprints import Fingerprints, ReduceScatterTap, install_tap
 from tokenmill.train.guard import DivergenceGuard, Verdict
 from tokenmill.train.metrics import EVENTS_JSONL, METRICS_JSONL, RANKS_JSONL, JsonLines, peak_tflops
-from tokenmill.train.model import OPTDecoder, model_config
+from tokenmill.train.model import Decoder
 from tokenmill.train.parallelize import autocast, compute_dtype, parallelize
 from tokenmill.train.report import QuietReporter, TrainReporter
 
@@ -47,7 +47,8 @@ class Run:
     ranks: JsonLines
     loader: TokenLoader
     valid: TokenLoader | None
-    model: OPTDecoder
+    model: Decoder
+    """OPT's or Llama's (``model.py``, ``llama.py``), as the config's ``model`` says."""
     sharded: bool
     """Several ranks: the model is FSDP2's (``parallelize.py``); one rank trains the plain module."""
     compute_dtype: torch.dtype
@@ -93,7 +94,7 @@ class Run:
         self.loader = self._train_loader()
         self.accumulation = self.loader.layout.micro_batches
         vocab = self.loader.info["vocab_size"]
-        mcfg = model_config(cfg.model, vocab_size=padded_vocab(vocab), max_seq_len=cfg.seq_len, dropout=cfg.dropout)
+        mcfg = cfg.resolved_model(vocab_size=padded_vocab(vocab))
         self.compute_dtype = compute_dtype(cfg.dtype, d.device)
         self.sharded = d.world_size > 1
         self.model = parallelize(mcfg, cfg.seed, self.compute_dtype, cfg.compile, d)
@@ -125,7 +126,7 @@ class Run:
             return TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                                micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
                                world_size=d.world_size, weights=weights, pin_memory=d.device.type == "cuda",
-                               **cfg.loader.model_dump())
+                               **self._loader_options())
         except TokenmillError:  # the data's own errors (a DataError is also a ValueError), as they are
             raise
         except ValueError as err:  # values of the config that this world size cannot take: the same on every rank
@@ -139,7 +140,7 @@ class Run:
             # Unshuffled, in this process. From an object store, in a cache folder of its own with room for its
             # own data: one folder's bound is for all its loaders, and the train loader's files fill the train one.
             base = Path(cfg.loader.cache_dir) if cfg.loader.cache_dir is not None else default_cache_dir()
-            options = {**cfg.loader.model_dump(), "shuffle": False, "shuffle_block": None, "num_workers": 0,
+            options = {**self._loader_options(), "shuffle": False, "shuffle_block": None, "num_workers": 0,
                        "cache_dir": str(base / "valid"), "cache_bytes": None, "prefetch_bytes": None}
             return TokenLoader(cfg.resolved_paths(), seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                                micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, rank=d.rank,
@@ -147,6 +148,10 @@ class Run:
         except (DataError, ValueError) as err:
             self.say.warn(f"no validation loss: the valid split cannot be read ({err})")
             return None
+
+    def _loader_options(self) -> dict[str, Any]:
+        # A model that masks documents needs the position ids, which restart at each document (config.py).
+        return {**self.cfg.loader.model_dump(), "position_ids": self.cfg.loader_position_ids}
 
     def close(self) -> None:
         """The loaders' workers and threads, of a run that ended or of a build that failed half way."""

@@ -168,8 +168,10 @@ def evaluate(run: Run) -> float | None:
         for k in range(run.cfg.eval_batches):
             for m in range(run.valid.layout.micro_batches):
                 micro = run.valid.micro_batch(k, m)
+                positions = micro.get("position_ids")  # as in training: restarted positions, documents masked
                 with run.autocast():
-                    loss = run.model(micro["input_ids"].to(run.d.device), labels=micro["labels"].to(run.d.device))
+                    loss = run.model(micro["input_ids"].to(run.d.device), labels=micro["labels"].to(run.d.device),
+                                     position_ids=None if positions is None else positions.to(run.d.device))
                 total += float(loss)
                 n += 1
     run.model.train()
