@@ -379,7 +379,10 @@ def _run_command(args: argparse.Namespace, interrupted: list[int]) -> int:
     """The command, its errors as one line each and an exit code: 1 a stage failed, 2 bad input, 130 Ctrl-C, 143
     SIGTERM."""
     try:
-        return args.func(args)
+        code = args.func(args)
+        # A signal whose KeyboardInterrupt was swallowed on its way (a hook that ignores exceptions) was still asked
+        # for: the command stops as interrupted rather than claiming a clean finish.
+        return _interrupted(args, interrupted) if interrupted else code
     except KeyboardInterrupt:
         return _interrupted(args, interrupted)
     except StageFailed as err:
@@ -429,6 +432,11 @@ def _count_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> list[int]:
         return seen  # embedded (a test, a notebook with its own handler): leave it alone
 
     def on_signal(signum, frame):
+        if _swallows_exceptions(frame):
+            # Raised here, the interrupt would be printed as "Exception ignored" and lost, the command running on
+            # to the end: delivered again a moment later, once the hook has returned.
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+            return
         seen.append(signum)
         raise KeyboardInterrupt
 
@@ -437,6 +445,20 @@ def _count_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> list[int]:
         if signal.getsignal(signum) is defaults[signum]:  # else someone else's handler: leave it alone
             signal.signal(signum, on_signal)
     return seen
+
+
+_HOOKS_THAT_SWALLOW = {("logging", name) for name in ("_acquireLock", "_releaseLock", "_prepareFork", "_afterFork",
+                                                         "_after_at_fork_child_reinit_locks")}
+"""Functions Python calls where an exception is printed and dropped: logging's fork hooks, which run whenever Ray
+starts a process with a `preexec_fn` (a Ctrl-C landing in one during `ray.init` was lost: the run went on, exit 0)."""
+
+
+def _swallows_exceptions(frame) -> bool:
+    """Whether a signal handler called in `frame` would raise into a place that ignores exceptions."""
+    if frame is None:
+        return False
+    code = frame.f_code
+    return code.co_name == "__del__" or (frame.f_globals.get("__name__"), code.co_name) in _HOOKS_THAT_SWALLOW
 
 
 def _interrupted(args: argparse.Namespace, seen: list[int] | None = None) -> int:
