@@ -219,7 +219,8 @@ def test_loader_serves_the_demo_tokens_and_explains_them(demo_run):
         doc = texts[r["id"]]
         stream = next(s for s in loader.streams if s.name == r["stream"])
         piece = tok.decode(stream.read(r["stream_tokens"][0], min(r["tokens_in_sample"], 12)).tolist())
-        assert piece.replace("<|endoftext|>", "") in doc
+        # 12 tokens may start or end inside a character's bytes, which decode gives as U+FFFD.
+        assert piece.replace("<|endoftext|>", "").strip("\ufffd") in doc
     assert batch["input_ids"].shape == (8, 64) and int(batch["input_ids"].max()) < index["tokenizer"]["vocab_size"]
 
 

@@ -111,7 +111,7 @@ def test_resume_after_losing_commits_of_every_phase(ray_cluster, corpus, tmp_pat
     (out / "tokenize" / "manifest.json").unlink()
     (out / "tokenize" / "tokens.json").unlink()
     phases = sorted((out / "tokenize" / "_work" / "commits").iterdir())
-    assert len(phases) == 3  # tokenizer, encoding per shard, index: whatever the phases are named
+    assert len(phases) == 4  # tokenizer, encoding per shard, merge per file, index: whatever the phases are named
     for phase in phases:
         for record in sorted(phase.glob("*.json"))[::2]:
             record.unlink()
@@ -124,7 +124,8 @@ def test_resume_after_losing_commits_of_every_phase(ray_cluster, corpus, tmp_pat
     assert engines == {"tiktoken"}  # GPT-2 files: the fast engine applies (proven equal at load)
 
 
-@pytest.mark.parametrize("engine", ["auto", "tokenizers"])
+# `tokenizers`: about 10 s, `make test-all`; `auto` (tiktoken, the engine a run picks) in `make test`
+@pytest.mark.parametrize("engine", ["auto", pytest.param("tokenizers", marks=pytest.mark.slow)])
 def test_added_tokens_give_the_tokenizers_own_ids_on_every_document(ray_cluster, shared_data, tmp_path, engine):
     """A GPT-NeoX-like tokenizer (non-special added tokens for runs of spaces): every sequence the stage writes is
     `encode(text, add_special_tokens=False)` of the tokenizer as given, with either engine, on real web documents;
@@ -200,24 +201,25 @@ def test_auto_tokenizer_loads_the_run_folder_with_its_end_of_text_token(ray_clus
 
 
 
-def test_index_from_the_encode_tasks_equals_reading_the_files_back(ray_cluster, corpus, tmp_path, monkeypatch):
-    """tokens.json built from what each encode task computed over the bytes it wrote is the one built by reading
+def test_index_from_the_merge_tasks_equals_reading_the_files_back(ray_cluster, corpus, tmp_path, monkeypatch):
+    """tokens.json built from what each merge task computed over the bytes it wrote is the one built by reading
     every token file back; a file whose size changed since is read back."""
     import pyarrow.fs as pafs
 
     from tokenmill.pipeline import storage
     from tokenmill.pipeline.config import load_config
-    from tokenmill.pipeline.contract import ShardsResult, Task, TaskContext
+    from tokenmill.pipeline.contract import Task, TaskContext
     from tokenmill.pipeline.config import build_stages
-    from tokenmill.stages.tokenize.stage import Encode, WriteIndex
+    from tokenmill.stages.tokenize.stage import Merge, WriteIndex
 
     config, _ = corpus
     out = tmp_path / "o"
     run_into(config, out)
     stage = next(s for s in build_stages(load_config(config)) if s.name == "tokenize")
     folder = out / "tokenize"
-    entries = json.loads((folder / "manifest.json").read_text())["content"]["shards"]
-    known = Encode().reduce(stage, {"all": ShardsResult(entries)}, None)
+    records = sorted((folder / "_work" / "commits" / "merge").glob("*.json"))
+    known = Merge().reduce(stage, {p.stem: json.loads(p.read_text())["result"] for p in records}, None)
+    assert len(known) == len(records) > 2
     tok = load_tokenizer(str(folder / "tokenizer.json"))
 
     class Writer:
@@ -229,7 +231,7 @@ def test_index_from_the_encode_tasks_equals_reading_the_files_back(ray_cluster, 
 
     def index(encoded) -> bytes:
         writer = Writer()
-        WriteIndex().run(stage, Task(key="tokens"), TaskContext(str(folder), None, {"tokenizer": tok, "encode":
+        WriteIndex().run(stage, Task(key="tokens"), TaskContext(str(folder), None, {"tokenizer": tok, "merge":
                                                                                      encoded}, writer))
         return writer.written["tokens.json"]
 

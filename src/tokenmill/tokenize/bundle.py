@@ -1,6 +1,7 @@
 """The token-file bundle: per token file a ``.bin`` and ``.idx`` (Megatron, `indexed`), a ``.docs.parquet`` sidecar
 (which document each sequence is) and an ``.engine`` record (the encoder that made it), and its `tokens.json` entry;
-the names of these files, their one writer (`SplitFiles`) and their readers.
+the names of these files, their one writer (`write_bundle`: per shard through `SplitFiles`, and for the files the
+tokenize stage's merge joins from those) and their readers.
 
 pyarrow is imported only where a sidecar is written or read: the loader and the trainer take the names from here
 (through `tokens_json`) without tokenmill's pipeline extra.
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["BIN", "DOCS", "DOCS_COLUMNS", "ENGINE", "HASHED", "HEAD_BYTES", "SplitFiles", "by_source", "docs_schema",
-           "head_record", "read_docs", "read_entry", "recorded_entry"]
+           "head_record", "read_docs", "read_entry", "recorded_entry", "write_bundle"]
 
 DOCS = ".docs.parquet"
 """The sidecar: row i names the document of sequence i (id, source, subset, tokens)."""
@@ -83,12 +84,13 @@ class Writer(Protocol):
 
 
 class SplitFiles:
-    """One split's token files of one shard: documents arrive a batch at a time; a file is closed (its bundle
-    written through `out.write`) after the document that brings it to `max_tokens` tokens. `files` holds the
-    `tokens.json` entry of each file written, with its files' sizes (``bytes``) for the index phase's check."""
+    """One split's token files of one shard, ``<folder><split>/<key>.<part>``: documents arrive a batch at a time; a
+    file is closed (its bundle written through `out.write`) after the document that brings it to `max_tokens` tokens.
+    `files` holds the `tokens.json` entry of each file written, with its files' sizes (``bytes``)."""
 
-    def __init__(self, split: str, key: str, dtype, max_tokens: int, table: "pa.Table", engines: set, out: Writer):
-        self.split, self.key, self.dtype, self.max_tokens = split, key, dtype, max_tokens
+    def __init__(self, split: str, key: str, dtype, max_tokens: int, table: "pa.Table", engines: set, out: Writer,
+                 folder: str = ""):
+        self.split, self.key, self.dtype, self.max_tokens, self.folder = split, key, dtype, max_tokens, folder
         self.table, self.engines, self.out = table, engines, out
         self.files: list[dict] = []
         self.tokens = self.documents = 0
@@ -119,41 +121,48 @@ class SplitFiles:
         """Write the open file, if any: `.bin`, `.idx`, `.docs.parquet` and `.engine`."""
         import pyarrow as pa
 
-        from tokenmill.documents import parquet_bytes
-
         if self._writer is None:
             return
         writer, self._writer = self._writer, None
-        stem = f"{self.split}/{self.key}.{len(self.files):04d}"
         bin_bytes, idx_bytes = writer.finalize()
-        # The index entry's digests and tallies are made here, in parallel, from the bytes in hand: the index
-        # phase is one task, and reading every token file back there grew with the whole run.
-        digests = {BIN: hashlib.sha256(bin_bytes).hexdigest(), IDX: hashlib.sha256(idx_bytes).hexdigest()}
-        sizes = {BIN: len(bin_bytes), IDX: len(idx_bytes)}
-        head = head_record(bin_bytes)
-        self.out.write(f"{stem}{BIN}", bin_bytes)
-        del bin_bytes
-        self.out.write(f"{stem}{IDX}", idx_bytes)
         rows = pa.array(np.concatenate(self._rows))
         side = [self.table.column(c).take(rows).combine_chunks() for c in ("id", "source", "subset")]
         side.append(pa.array(np.concatenate(self._lengths), pa.int64()))
-        side_table = pa.table(side, schema=docs_schema())
-        docs_bytes = parquet_bytes(side_table)
-        digests[DOCS], sizes[DOCS] = hashlib.sha256(docs_bytes).hexdigest(), len(docs_bytes)
-        self.out.write(f"{stem}{DOCS}", docs_bytes)
-        engine = "+".join(sorted(self.engines)) or "tokenizers"
-        entry = {"prefix": stem, "documents": writer.num_documents, "tokens": writer.num_tokens,
-                 "by_source": by_source(side_table), "engine": engine, "sha256": digests, "bytes": sizes}
-        if head is not None:
-            entry["head"] = head
-        self.files.append(entry)
-        self.out.write(f"{stem}{ENGINE}", engine.encode())
+        stem = f"{self.folder}{self.split}/{self.key}.{len(self.files):04d}"
+        self.files.append(write_bundle(self.out, stem, bin_bytes, idx_bytes, pa.table(side, schema=docs_schema()),
+                                       "+".join(sorted(self.engines)) or "tokenizers"))
         self._rows, self._lengths, self._in_file = [], [], 0
+
+
+def write_bundle(out: Writer, stem: str, bin_bytes, idx_bytes: bytes, side_table: "pa.Table", engine: str) -> dict:
+    """Write one token file's bundle at `stem` (relative to the stage folder) through `out`: `.bin`, `.idx`,
+    `.docs.parquet` (`side_table`, a row per sequence) and `.engine`; return its `tokens.json` entry with its files'
+    sizes (``bytes``), for the index phase's check. The digests and tallies are made here, in parallel, from the bytes
+    in hand: the index phase is one task, and reading every token file back there grew with the whole run."""
+    from tokenmill.documents import parquet_bytes
+
+    index_file = parse_index(idx_bytes, stem + IDX)
+    if side_table.num_rows != len(index_file.sequence_lengths):
+        raise ValueError(f"{stem}: {side_table.num_rows} sidecar rows for {len(index_file.sequence_lengths)} sequences")
+    digests = {BIN: hashlib.sha256(bin_bytes).hexdigest(), IDX: hashlib.sha256(idx_bytes).hexdigest()}
+    sizes = {BIN: len(bin_bytes), IDX: len(idx_bytes)}
+    head = head_record(bin_bytes)
+    out.write(f"{stem}{BIN}", bin_bytes)
+    out.write(f"{stem}{IDX}", idx_bytes)
+    docs_bytes = parquet_bytes(side_table)
+    digests[DOCS], sizes[DOCS] = hashlib.sha256(docs_bytes).hexdigest(), len(docs_bytes)
+    out.write(f"{stem}{DOCS}", docs_bytes)
+    entry = {"prefix": stem, "documents": len(index_file.sequence_lengths), "tokens": index_file.num_tokens,
+             "by_source": by_source(side_table), "engine": engine, "sha256": digests, "bytes": sizes}
+    if head is not None:
+        entry["head"] = head
+    out.write(f"{stem}{ENGINE}", engine.encode())
+    return entry
 
 
 def recorded_entry(info: Mapping[str, Any] | None, sizes: Mapping[str, int], prefix: str, itemsize: int
                    ) -> dict | None:
-    """The `tokens.json` entry `SplitFiles` made for the files at `prefix`, where the files there are the ones it
+    """The `tokens.json` entry `write_bundle` made for the files at `prefix`, where the files there are the ones it
     wrote (`sizes`: the size of each file by path agrees with the ``bytes`` it recorded); None otherwise."""
     if info is None or not all(sizes.get(prefix + ext) == n for ext, n in info["bytes"].items()) \
             or info["bytes"][BIN] != info["tokens"] * itemsize:

@@ -7,7 +7,7 @@ config, ``tokenmill tokens stats/verify`` and ``tokenmill.inspect.tokens`` read 
     {"format": "megatron-mmidx", "version": 1, "dtype": "uint16",
      "tokenizer": {"file": "tokenizer.json", "sha256": ..., "vocab_size": ..., "eos_id": ..., "eos_token": ...},
      "splits": {"train": {"documents": ..., "tokens": ..., "files": [
-         {"prefix": "train/<shard>.0000", "documents": ..., "tokens": ...,
+         {"prefix": "train/<source>.00000", "documents": ..., "tokens": ...,
           "by_source": {"<source>": {"documents": ..., "tokens": ..., "subsets": {...}}},
           "engine": "tiktoken", "sha256": {".bin": ..., ".idx": ..., ".docs.parquet": ...},
           "head": {"bytes": 131072, "sha256": ...}}, ...]}, "valid": ...}}

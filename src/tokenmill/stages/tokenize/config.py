@@ -33,7 +33,7 @@ class TrainTokenizer(StrictModel):
 
 
 class TokenizeConfig(StageConfig):
-    """Byte-level BPE into `.bin`/`.idx` pairs per input shard, train and valid splits, and `tokens.json`."""
+    """Byte-level BPE into `.bin`/`.idx` pairs per source and split (train and valid), and `tokens.json`."""
 
     tokenizer: Union[str, Gpt2Files, TrainTokenizer]
     """A `tokenizer.json` path, `{encoder, merges}` GPT-2 files, or `{train: {vocab_size, sample_docs}}`."""
@@ -42,7 +42,12 @@ class TokenizeConfig(StageConfig):
     valid_fraction: float = Field(default=0.001, ge=0.0, lt=1.0)
     """Share of documents, chosen by a keyed hash of their ids, written to the `valid` split."""
     max_tokens_per_file: int = Field(default=2**28, ge=1)
-    """A shard's tokens are split into several `.bin`/`.idx` pairs past this many tokens."""
+    """The size of the token files: each source's documents of each split are written as ``ceil(tokens / this)``
+    `.bin`/`.idx` pairs of about equal size, cut at documents (so a file may pass it by its last document); a split
+    of a source with fewer tokens is one file. The default, 268,435,456 tokens, is 512 MiB of uint16 (1 GiB of
+    int32): few files for a trainer that blends files (Megatron), each well over a sample. A streaming loader with
+    `shuffle_block: file` reads `shuffle_window` whole files per window, so streaming from a small cache wants smaller
+    files (docs/tokenize.md)."""
     batch_docs: int = Field(default=1_000, ge=1)
     """Documents per `encode_batch` call."""
     engine: Literal["auto", "tokenizers"] = "auto"

@@ -1,5 +1,6 @@
-"""The tokenize stage in four phases: the training sample's candidates per shard (for a trained tokenizer), the
-tokenizer (loaded, or trained on that keyed sample), encoding per shard into token files, and the dataset index
+"""The tokenize stage in five phases: the training sample's candidates per shard (for a trained tokenizer), the
+tokenizer (loaded, or trained on that keyed sample), encoding per shard into token files under `_work/parts/`, their
+merge into the stage's token files (per source and split, up to `max_tokens_per_file` each), and the dataset index
 `tokens.json` that the loader reads."""
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTok
 from tokenmill.tokenize.fast_engine import encode_flat, tiktoken_encoding
 from tokenmill.tokenize import bundle, hf_files, tokens_json
 from tokenmill.tokenize.bundle import SplitFiles
+from tokenmill.tokenize.merge import join_parts, plan_files
 from tokenmill.tokenize.indexed import dtype_for_vocab
 from tokenmill.tokenize.sample import choose_sample, id_key, read_texts, sample_bound, sample_candidates, training_sample
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
 
 SPLITS = ("train", "valid")
+PARTS = "_work/parts/"
+"""Where the encode phase writes each shard's token files (``<split>/<shard>.<part>``), which the merge joins."""
+LAYOUT = "per source and split"
+"""The token files' layout, in the stage's identity: output of another layout is superseded, never mixed with it."""
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +121,8 @@ class PrepareTokenizer(Phase):
 
 
 class Encode(ShardMap):
-    """Per shard: every document's ids and its end-of-text id, into train and valid `.bin`/`.idx` pairs."""
+    """Per shard: every document's ids and its end-of-text id, into train and valid `.bin`/`.idx` pairs under
+    `PARTS`, which `Merge` joins per source."""
 
     name = "encode"
 
@@ -133,7 +140,7 @@ class Encode(ShardMap):
                             dtype=bool, count=table.num_rows)
         engines: set[str] = set()
         out = {s: SplitFiles(s, task.key, dtype_for_vocab(tok.vocab_size), cfg.max_tokens_per_file, table, engines,
-                             ctx) for s in SPLITS}
+                             ctx, PARTS) for s in SPLITS}
         encoder = tiktoken_encoding(tok) if cfg.engine == "auto" else None  # built once per worker process
         special_docs = 0
         texts_column = table.column("text")
@@ -159,10 +166,48 @@ class Encode(ShardMap):
                                   "engine": "+".join(sorted(engines)) or "tokenizers"})
 
     def reduce(self, stage: "TokenizeStage", results: Mapping[str, ShardsResult], ctx: PlanContext) -> Any:
+        """{(split, source): its shards' files in prefix order (the streams' order)}, each ``{prefix, tokens}``."""
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for r in results.values():
+            for e in r.shards:
+                for split, files in e.get("token_files", {}).items():
+                    groups.setdefault((split, e["source"]), []).extend(
+                        {"prefix": f["prefix"], "tokens": f["tokens"]} for f in files)
+        return {key: sorted(parts, key=lambda p: p["prefix"]) for key, parts in sorted(groups.items())}
+
+
+class Merge(Phase):
+    """A task per token file of the stage: one source's documents of one split, joined from its shards' files
+    (`merge.plan_files`: up to `max_tokens_per_file` tokens, cut evenly at documents), so that a trainer that
+    takes a file as a dataset (Megatron's blend) gets a few files sized for training, not one per shard and split."""
+
+    name = "merge"
+
+    def plan(self, stage: "TokenizeStage", ctx: PlanContext) -> list[Task]:
+        tasks = []
+        for (split, source), parts in ctx.shared[Encode.name].items():
+            for i, planned in enumerate(plan_files(parts, stage.config.max_tokens_per_file)):
+                stem = f"{split}/{source}.{i:05d}"
+                tasks.append(Task(key=stem.replace("/", "."), params={"stem": stem, **planned}))
+        return tasks
+
+    def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
+        p = task.params
+
+        def read_range(path: str, offset: int, size: int) -> bytes:
+            with ctx.fs.open_input_file(storage.join(ctx.stage_dir, path)) as f:
+                return f.read_at(size, offset)
+
+        joined = join_parts(p["parts"], p["lo"], p["hi"], lambda path: storage.read_bytes(
+            ctx.fs, storage.join(ctx.stage_dir, path)), read_range)
+        if joined is None:
+            return None
+        return bundle.write_bundle(ctx, p["stem"], *joined)
+
+    def reduce(self, stage: "TokenizeStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         """Each token file's index entry by prefix, as its task computed it from the bytes it wrote (the index phase
         then reads none of them)."""
-        return {f["prefix"]: f for r in results.values() for e in r.shards
-                for files in e.get("token_files", {}).values() for f in files if "sha256" in f}
+        return {r["prefix"]: r for r in results.values() if r is not None}
 
 
 class WriteIndex(Phase):
@@ -176,7 +221,7 @@ class WriteIndex(Phase):
     def run(self, stage: "TokenizeStage", task: Task, ctx: TaskContext) -> Any:
         tok: LoadedTokenizer = ctx.shared["tokenizer"]
         itemsize = dtype_for_vocab(tok.vocab_size).itemsize
-        known: Mapping[str, dict] = ctx.shared.get(Encode.name) or {}
+        known: Mapping[str, dict] = ctx.shared.get(Merge.name) or {}
         splits: dict[str, list[dict]] = {}
         for split in SPLITS:
             entries = []
@@ -185,7 +230,7 @@ class WriteIndex(Phase):
             for idx in sorted(p for p in sizes if p.endswith(bundle.IDX)):
                 prefix = idx[: -len(bundle.IDX)]
                 rel = prefix[len(ctx.stage_dir) + 1:]
-                # The encode task's entry, where the files on disk are the ones it wrote (their sizes agree); else
+                # The merge task's entry, where the files on disk are the ones it wrote (their sizes agree); else
                 # the files read through the run's filesystem (a shared disk or an object store), each once.
                 entries.append(bundle.recorded_entry(known.get(rel), sizes, prefix, itemsize)
                                or bundle.read_entry(lambda path: storage.read_bytes(ctx.fs, path), prefix, rel))
@@ -226,10 +271,11 @@ class TokenizeStage(Stage):
         files = [spec] if isinstance(spec, str) else [spec.encoder, spec.merges] if isinstance(spec, Gpt2Files) else []
         # The tokenizer files' content, not where they lie.
         identity["tokenizer_files"] = [hashlib.sha256(Path(self.resolve(f)).read_bytes()).hexdigest() for f in files]
+        identity["layout"] = LAYOUT
         return identity
 
     def phases(self) -> list[Phase]:
-        return [SampleIds(), PrepareTokenizer(), Encode(), WriteIndex()]
+        return [SampleIds(), PrepareTokenizer(), Encode(), Merge(), WriteIndex()]
 
     @classmethod
     def config_problems(cls, config: TokenizeConfig, resolve_path) -> list[str]:
