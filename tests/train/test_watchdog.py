@@ -82,9 +82,12 @@ def test_a_rank_asleep_at_a_step_is_named_with_every_rank_stack(tokens, tmp_path
     assert f"hang on rank 1 (host {hangs[0]['host']}) at step {step} (stopped by the watchdog)" in found.summary()
 
 
-def test_a_rank_that_wrote_no_report_is_made_to_dump_its_stack(tmp_path):
+@pytest.mark.parametrize("paused_s", [0.0, 2.5], ids=["running", "paused"])
+def test_a_rank_that_wrote_no_report_is_made_to_dump_its_stack(tmp_path, paused_s):
     """The launcher, after one rank's watchdog ended it: a rank still running with no report of its own (its
-    watchdog has not fired) gets SIGUSR1, and faulthandler writes its stack while its main thread waits."""
+    watchdog has not fired) gets SIGUSR1, and faulthandler writes its stack while its main thread waits; a rank the
+    machine does not run for seconds (paused: SIGSTOP, as a loaded machine; CI once got "no stack written" after a
+    fixed second) is waited for."""
     out, folder = tmp_path / "run", tmp_path / "launcher"
     folder.mkdir()
     sleeper = ("import sys, time, types\nfrom pathlib import Path\n"
@@ -105,6 +108,9 @@ def test_a_rank_that_wrote_no_report_is_made_to_dump_its_stack(tmp_path):
                   "watchdog_dir": str(out / WATCHDOG_DIR), "heartbeats": {str(r): b for r, b in beats.items()}}
         report["message"] = describe(report)
         report_path(folder, 0).write_text(json.dumps(report))
+        if paused_s:
+            os.kill(rank1.pid, signal.SIGSTOP)
+            threading.Timer(paused_s, os.kill, (rank1.pid, signal.SIGCONT)).start()
         message = _hang([rank0, rank1], folder, grace_s=0.5)
     finally:
         if rank1.poll() is None:

@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tokenmill.train.atomic import write_atomic
-from tokenmill.train.watchdog import DUMP_SIGNAL, HANG_DIR_ENV, HANG_EXIT, hang_message, report_path
+from tokenmill.train.watchdog import (DUMP_SIGNAL, HANG_DIR_ENV, HANG_EXIT, hang_message, read_stack, report_path,
+                                     stack_path, this_run)
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +187,30 @@ def _hang(procs: list[subprocess.Popen], folder: Path, grace_s: float = 5.0) -> 
     for rank in signalled:
         procs[rank].send_signal(DUMP_SIGNAL)
     if signalled:
-        time.sleep(1.0)  # faulthandler writes from the signal handler at once; the file system may lag a little
+        _await_stacks(reports, signalled)
     for p in procs:
         if p.poll() is None:
             p.terminate()
     _reap(procs)
     return hang_message(reports, len(procs))
+
+
+def _await_stacks(reports: list[Path], ranks: list[int], wait_s: float = 10.0) -> None:
+    """Until each signalled rank's stack is in its file, or ``wait_s``: faulthandler writes from the signal handler at
+    once, but a loaded machine may not run the rank for seconds (a fixed second once left "no stack written")."""
+    folder = None
+    for path in reports:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            folder = Path(json.loads(path.read_text(encoding="utf-8"))["watchdog_dir"])
+            break
+    if folder is None:
+        time.sleep(1.0)
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if all(this_run(read_stack(stack_path(folder, r))).strip() for r in ranks):
+            return
+        time.sleep(0.1)
 
 
 def _status(returncode: int) -> int:

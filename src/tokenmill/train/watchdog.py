@@ -424,7 +424,7 @@ def hang_message(reports: list[Path], world_size: int) -> str:
     folder = Path(report["watchdog_dir"])
     lines = [f"tokenmill train: hang: {report['message']} (seen by rank {report['rank']} after "
              f"{report['stalled_s']:.1f} s without a finished step)"]
-    texts = {r: _read(stack_path(folder, r)) for r in {*range(world_size), *report["behind"][:1]}}  # read once
+    texts = {r: read_stack(stack_path(folder, r)) for r in {*range(world_size), *report["behind"][:1]}}  # read once
     for rank in report["behind"][:1]:
         text = texts[rank]
         lines.append(f"rank {rank}'s stack (main thread):\n" + (main_stack(text) if this_run(text).strip()
@@ -435,7 +435,8 @@ def hang_message(reports: list[Path], world_size: int) -> str:
     return "\n".join(lines)
 
 
-def _read(path: Path) -> str:
+def read_stack(path: Path) -> str:
+    """A stack file's text, empty when there is none."""
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
