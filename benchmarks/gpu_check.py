@@ -3,7 +3,7 @@
 On a machine with a CUDA device, each part as a user runs it (`tokenmill train CONFIG` in a subprocess, on token
 files in the tokenize stage's layout):
 
-1. **Throughput**: opt-1.3b (and any other model named) at seq 2048, bf16 (`dtype: auto`), dropout on, eager and
+1. **Throughput**: opt-1.3b and llama-1b (or the models named) at seq 2048, bf16 (`dtype: auto`), dropout on, eager and
    with `compile: true`: the median step time of the steady steps, tokens/s, MFU from the model's
    `flops_per_token` and the device's peak, peak memory.
 2. **Exact resume**: opt-125m, bf16, killed (SIGKILL) after its first checkpoint and rerun: the losses against an
@@ -16,7 +16,7 @@ files in the tokenize stage's layout):
 Without a CUDA device it says so and exits 0. Each part has its own time limit and its result is written as it ends,
 so a part that fails or hangs still leaves the others'.
 
-    python benchmarks/gpu_check.py [--out bench/gpu] [--models opt-1.3b] [--steps 10] [--parts throughput,resume,nccl,loader]
+    python benchmarks/gpu_check.py [--out bench/gpu] [--models opt-1.3b,llama-1b] [--steps 10] [--parts throughput,resume,nccl,loader]
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def loader_feed(tokens: Path, device: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/gpu")
-    parser.add_argument("--models", default="opt-1.3b")
+    parser.add_argument("--models", default="opt-1.3b,llama-1b")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--parts", default="throughput,resume,nccl,loader")
     parser.add_argument("--resume-model", default="opt-125m")

@@ -13,6 +13,48 @@ pytest_plugins = ["tests.faults.counts"]
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
+# ---- how `make test` spreads the files over its processes (pytest-xdist, --dist loadfile) ----------------------
+
+SHARED_SCOPES = {
+    "tests/inspect/": "tests/inspect/", "tests/faults/": "tests/faults/",
+    "tests/test_golden_manifests.py": "the demo", "tests/fasttext/test_model_file.py": "the demo",
+}
+"""Files (or folders) that share session fixtures (a demo run, a training run, the fault suites' reference run, the
+`demo_corpus` below), by the unit they make: a unit's files go to one process, so each fixture
+is built once, not once in every process."""
+
+SECONDS = {
+    "tests/inspect/": 60, "tests/faults/": 50, "tests/train/test_launch.py": 60, "tests/objectstore/test_sources_s3.py": 55,
+    "tests/train/test_trainer.py": 45, "tests/train/test_fingerprints.py": 40, "tests/test_cli.py": 40,
+    "tests/objectstore/test_loader_streaming.py": 40, "tests/stages/test_tokenize_stage.py": 40,
+    "tests/train/test_replay.py": 30, "tests/train/test_disk_full.py": 30, "the demo": 50,
+    "tests/objectstore/test_loader_faults.py": 30, "tests/test_interrupts.py": 30, "tests/train/test_watchdog.py": 25,
+    "tests/conformance/test_real_data.py": 25, "tests/tokenize/test_fast_engine.py": 25,
+    "tests/objectstore/test_loader_cache_trust.py": 25,
+}
+"""Rough seconds per file on two busy cores (from `--durations=0`), for the files that take longest: they start first,
+so that no long file starts last while the other process has nothing left. Any other file counts 0.05 s per test."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, but the files of a SHARED_SCOPES unit go together, and the longest unit left goes first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((unit for prefix, unit in SHARED_SCOPES.items() if path.startswith(prefix)), path)
+
+        def _assign_work_unit(self, node) -> None:
+            longest = max(self.workqueue, key=lambda scope: SECONDS.get(scope, 0.05 * len(self.workqueue[scope])))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return Scheduling(config, log)
+
 
 @pytest.fixture(autouse=True)
 def _default_signal_handlers(request):
@@ -52,6 +94,66 @@ def _node_caches(tmp_path_factory):
     mp.setenv(TOKEN_CACHE_ENV, str(tmp_path_factory.mktemp("token-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _dataloader_shutdown_wait():
+    """torch's DataLoader, stopping its iterator's workers, waits up to 5 s for each to see the stop before it
+    terminates it. From the garbage collector (an iterator in a reference cycle, freed inside whichever test comes
+    next) the stop never reaches them and the full 5 s pass: 10 s added to an unrelated test for each two-worker
+    loader. Here the wait is 0.5 s; workers that see the stop end at once, as before."""
+    from torch.utils.data import _utils, dataloader
+
+    shutdown = dataloader._MultiProcessingDataLoaderIter._shutdown_workers
+
+    def shutdown_waiting_less(self) -> None:
+        wait, _utils.MP_STATUS_CHECK_INTERVAL = _utils.MP_STATUS_CHECK_INTERVAL, 0.5
+        try:
+            shutdown(self)
+        finally:
+            _utils.MP_STATUS_CHECK_INTERVAL = wait
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dataloader._MultiProcessingDataLoaderIter, "_shutdown_workers", shutdown_waiting_less)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _stop_dataloader_workers():
+    """The worker processes of every torch DataLoader iterator a test starts (a TokenLoader's with num_workers too)
+    are stopped when the test ends, not later by the garbage collector in another test (see above). Iterators that
+    module or session fixtures start are left alone."""
+    import weakref
+
+    from torch.utils.data import dataloader
+
+    started: weakref.WeakSet = weakref.WeakSet()
+    init = dataloader._MultiProcessingDataLoaderIter.__init__
+
+    def recording(self, *args, **kwargs):
+        started.add(self)
+        init(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dataloader._MultiProcessingDataLoaderIter, "__init__", recording)
+        yield
+    for iterator in list(started):
+        if getattr(iterator, "_shutdown", True) is False:  # started and not yet stopped
+            iterator._shutdown_workers()
+
+
+@pytest.fixture(scope="session")
+def demo_corpus(tmp_path_factory) -> Path:
+    """The demo corpus exactly as `tokenmill demo-data DIR` writes it for `make demo` (seed 1234, 600 documents per
+    source, its quality classifier trained), written once per process for tests/test_golden_manifests.py (which runs
+    the demo into DIR/run, as `make demo` does) and tests/fasttext/test_model_file.py (its model). Read only otherwise.
+    (tests/test_demo_run.py makes its own at 120 documents per source: at 600 its clean survival is 0.898, under the
+    0.90 it asserts.)"""
+    from tokenmill.demo import write_demo_corpus
+
+    root = tmp_path_factory.mktemp("demo")
+    write_demo_corpus(root, seed=1234)
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -111,12 +213,28 @@ def make_corpus(root: Path, n_files: int = 4, docs: int = 60) -> Path:
     return root / "run.yaml"
 
 
-@pytest.fixture
-def s3_server(monkeypatch, tmp_path):
-    """A moto S3 server on 127.0.0.1 for one test, its endpoint and credentials in this process's environment."""
-    from tests.s3server import running
+@pytest.fixture(scope="session")
+def _moto(tmp_path_factory):
+    """One moto server process for the session (starting one, and its first request, cost about a second each)."""
+    from tests.s3server import S3Server
 
-    with running(log=tmp_path / "moto.log") as server:
-        for key, value in server.env().items():
-            monkeypatch.setenv(key, value)
-        yield server
+    server = S3Server(log=tmp_path_factory.mktemp("moto") / "moto.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_server(_moto, monkeypatch, tmp_path):
+    """A moto S3 server on 127.0.0.1 for one test, its endpoint and credentials in this process's environment: the
+    session's, emptied (moto's reset: no bucket or object of an earlier test) and started again if a test stopped it,
+    its request log from this test on at `tmp_path / "moto.log"`, as a server of the test's own would be."""
+    import urllib.request
+
+    if _moto.proc is None or _moto.proc.poll() is not None:
+        _moto.start()
+    urllib.request.urlopen(urllib.request.Request(f"{_moto.endpoint}/moto-api/reset", method="POST"), timeout=30).read()
+    _moto.log.write_bytes(b"")  # the server appends to it: what follows is this test's
+    (tmp_path / "moto.log").symlink_to(_moto.log)
+    for key, value in _moto.env().items():
+        monkeypatch.setenv(key, value)
+    yield _moto

@@ -51,6 +51,18 @@ def test_every_script_has_an_entry():
     assert scripts == {b.script for b in run_all.BENCHMARKS}
 
 
+def test_gpu_check_without_a_gpu_exits_0_saying_so(tmp_path):
+    """`make gpu-check` on a machine with no CUDA device (CI, this one): exit 0, one line saying why nothing ran."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: `make gpu-check` runs the check itself")
+    proc = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), "--out", str(tmp_path / "gpu")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no CUDA device" in proc.stdout and not (tmp_path / "gpu").exists()
+
+
 def test_no_script_shadows_a_module():
     """A script's folder is sys.path[0] for every script there: benchmarks/tokenize.py once broke `inspect` for all."""
     installed = set(metadata.packages_distributions())

@@ -50,7 +50,10 @@ def test_missing_config_file(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("stage", [pytest.param("ingest", marks=pytest.mark.slow), "sample"])
+# Both slow (31 s for sample): `make test` kills the driver mid-stage in tests/faults/test_kill_driver.py and checks
+# the CLI's Ray listens on the loopback only in tests/test_interrupts.py
+@pytest.mark.parametrize("stage", [pytest.param("ingest", marks=pytest.mark.slow),
+                                   pytest.param("sample", marks=pytest.mark.slow)])
 def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path, stage):
     config = make_corpus(tmp_path / "c", n_files=6, docs=60)
     data = yaml.safe_load(config.read_text())
@@ -99,7 +102,8 @@ def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path, sta
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("named_by", ["flag", "RAY_ADDRESS"])
+# --ray-address: `make test-all` (the fault suite's driver kills join the session's cluster with it in `make test`)
+@pytest.mark.parametrize("named_by", [pytest.param("flag", marks=pytest.mark.slow), "RAY_ADDRESS"])
 def test_join_an_existing_cluster(ray_cluster, tmp_path, named_by):
     """`--ray-address`, or else Ray's own RAY_ADDRESS (set by `ray job submit` and in a KubeRay head pod): with the
     variable set and no flag, `tokenmill run` used to fail in `ray.init` with a ValueError traceback."""

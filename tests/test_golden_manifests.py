@@ -25,12 +25,10 @@ STAGES = ["ingest", "sample", "clean", "dedup", "decontaminate", "tokenize"]
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory, ray_cluster) -> Path:
-    """The demo as `make demo` runs it: `tokenmill demo-data DIR` (its defaults: seed 1234, 600 docs per source),
-    then `tokenmill run DIR/demo.yaml`. About 30 s on 2 cores."""
-    root = tmp_path_factory.mktemp("golden-demo")
-    write_demo_corpus(root, seed=1234)
-    config = load_config(root / "demo.yaml")
+def demo_run(demo_corpus, ray_cluster) -> Path:
+    """The demo as `make demo` runs it: `tokenmill demo-data DIR` (its defaults: seed 1234, 600 docs per source;
+    tests/conftest.py's `demo_corpus`), then `tokenmill run DIR/demo.yaml`. About 30 s on 2 cores."""
+    config = load_config(demo_corpus / "demo.yaml")
     run_pipeline(config)
     return config.output_dir
 

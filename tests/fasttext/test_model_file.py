@@ -18,20 +18,18 @@ import pytest
 
 from tests.classifier.bindings import fasttext_predict_module
 from tests.stages.clean.classifier_model import train_tiny
-from tokenmill.demo import write_demo_corpus
 from tokenmill.errors import ConfigError
 from tokenmill.fasttext.binding import load_model
 from tokenmill.text import langid
 
 
 @pytest.fixture(scope="module")
-def real_models(tmp_path_factory) -> dict[str, Path]:
+def real_models(tmp_path_factory, demo_corpus) -> dict[str, Path]:
     """Every kind of fastText file tokenmill meets, made by fastText itself."""
     import fasttext
 
     root = tmp_path_factory.mktemp("models")
-    write_demo_corpus(root / "demo", seed=1234)  # trains demo/quality/model.bin, as `tokenmill demo-data` does
-    demo = root / "demo" / "quality" / "model.bin"
+    demo = demo_corpus / "quality" / "model.bin"  # trained by `tokenmill demo-data` (tests/conftest.py), read only
     models = {"demo": demo, "quality-train": train_tiny(root / "tiny").model_path, "lid.176.ftz": langid.model_path()}
     for name, options in (("demo.ftz", {}), ("demo-pruned-qnorm.ftz", {"qnorm": True, "cutoff": 500})):
         model = fasttext.load_model(str(demo))

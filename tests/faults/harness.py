@@ -38,6 +38,13 @@ def trial_params(fast: int):
     return [pytest.param(i, marks=pytest.mark.slow) if i >= fast else i for i in range(FULL_TRIALS)]
 
 
+def stage_params(fast: set[str]):
+    """Every stage; those not in `fast` are marked slow (left out of `make test`: one stage there stands for all)."""
+    import pytest
+
+    return [s if s in fast else pytest.param(s, marks=pytest.mark.slow) for s in STAGES]
+
+
 def write_small_demo(root: Path) -> Path:
     """The demo corpus at 40 documents per source, in shards of 20 documents, with a small tokenizer."""
     from tokenmill.demo import write_demo_corpus

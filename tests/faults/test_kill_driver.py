@@ -28,11 +28,11 @@ import pytest
 
 from tests.faults import counts
 from tests.faults.harness import (
-    STAGES,
     assert_conserved,
     assert_same_as_reference,
     committed_tasks,
     kill_group,
+    stage_params,
     trial_params,
     trial_rng,
     wait_workers_gone,
@@ -41,6 +41,9 @@ from tokenmill.pipeline import faults
 from tokenmill.pipeline.runner import run_pipeline
 
 FAST_TRIALS = 1
+FAST_STAGES = {"tokenize"}
+"""The stage whose trial 0 `make test` runs (each trial is a driver started and killed, then a rerun: 10-25 s on two
+busy cores); every other stage's trials are in `make test-all`."""
 OWN_CLUSTER_EVERY = 10
 """Trials 2 and 12 of each stage start their own local Ray cluster; the others join the session's."""
 TASK_DELAY_S = 0.05
@@ -49,7 +52,7 @@ TASK_DELAY_S = 0.05
 
 @pytest.mark.ray
 @pytest.mark.parametrize("trial", trial_params(FAST_TRIALS))
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("stage", stage_params(FAST_STAGES))
 def test_kill_driver_mid_stage_then_rerun(reference, tmp_path, stage, trial):
     rng = trial_rng("driver", stage, trial)
     n_tasks = len(reference.tasks[stage])

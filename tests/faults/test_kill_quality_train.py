@@ -27,6 +27,8 @@ from tokenmill.classifier.config import load_train_config
 from tokenmill.classifier.train import train_classifier
 
 POINTS = ("reading", "train_file", "fitting", "saved_tmp", "model_no_sidecar")
+FAST_POINTS = {"fitting"}
+"""The kill point `make test` runs (a training killed in fastText's child); the others are in `make test-all`."""
 
 
 def _state(out: Path, proc: subprocess.Popen) -> set[str]:
@@ -61,7 +63,7 @@ def corpus(tmp_path_factory):
     return root, config, reference
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", [p if p in FAST_POINTS else pytest.param(p, marks=pytest.mark.slow) for p in POINTS])
 def test_kill_quality_train_then_rerun_gives_the_same_model(corpus, point):
     root, config, reference = corpus
     out_name = f"killed-{point}"

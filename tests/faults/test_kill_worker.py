@@ -14,17 +14,20 @@ import json
 import pytest
 
 from tests.faults import counts
-from tests.faults.harness import STAGES, assert_conserved, assert_same_as_reference, committed_tasks, trial_params, trial_rng
+from tests.faults.harness import (assert_conserved, assert_same_as_reference, committed_tasks, stage_params, trial_params,
+                                  trial_rng)
 from tokenmill.errors import StageFailed
 from tokenmill.pipeline import faults
 from tokenmill.pipeline.runner import run_pipeline
 
 FAST_TRIALS = 1
+FAST_STAGES = {"tokenize"}
+"""The stage whose trial 0 `make test` runs; every other stage's trials are in `make test-all`."""
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize("trial", trial_params(FAST_TRIALS))
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("stage", stage_params(FAST_STAGES))
 def test_kill_worker_mid_task_then_rerun(reference, fault_plan, tmp_path, stage, trial):
     rng = trial_rng("worker", stage, trial)
     phase, task = rng.choice(reference.tasks[stage])

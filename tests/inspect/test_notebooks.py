@@ -36,8 +36,20 @@ def test_committed_notebooks_are_the_generated_ones_without_outputs(tmp_path):
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
 
 
+EXECUTED: dict[tuple[str, str, str], list] = {}
+"""Outputs by (notebook, run, training run): tests that read the same execution share it (a kernel and its imports
+cost several seconds a notebook)."""
+
+
 def _execute(name: str, run, train_output, monkeypatch) -> list:
     """The notebook run on `run`; its code cells' outputs, after checking none is an error."""
+    key = (name, str(run), str(train_output))
+    if key not in EXECUTED:
+        EXECUTED[key] = _execute_once(name, run, train_output, monkeypatch)
+    return EXECUTED[key]
+
+
+def _execute_once(name: str, run, train_output, monkeypatch) -> list:
     from nbclient import NotebookClient
 
     monkeypatch.setenv("TOKENMILL_RUN", str(run))
@@ -50,8 +62,13 @@ def _execute(name: str, run, train_output, monkeypatch) -> list:
     return outputs
 
 
+FAST = {"inspect_samples", "training", "classifiers"}
+"""Executed in `make test` (the last two once for this test and the specific ones below); each other notebook's kernel
+and imports take 2-5 s: `make test-all`."""
+
+
 @pytest.mark.ray
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in NAMES])
 def test_notebook_executes_and_plots(name, request, train_output, monkeypatch):
     outputs = _execute(name, request.getfixturevalue(RUNS.get(name, "small_run")), train_output, monkeypatch)
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{name}: no plot"
@@ -75,14 +92,16 @@ def test_the_classifiers_notebook_on_a_run_without_one_says_so(small_run, train_
     assert not any("image/png" in o.get("data", {}) for o in outputs)
 
 
-def test_the_training_notebook_marks_the_runs_faults_on_the_loss_curve(train_output, monkeypatch):
+@pytest.mark.ray
+def test_the_training_notebook_marks_the_runs_faults_on_the_loss_curve(small_run, train_output, monkeypatch):
     """The training run rolls back once (a poisoned batch): the doctor calls it a data fault, and the notebook draws
     it on the loss curve, at the rollback's step (what it prints is read back from the plot's own lines)."""
     import json
 
     rollback, = [e for e in map(json.loads, (train_output / "events.jsonl").read_text().splitlines())
                  if e["action"] == "rollback"]
-    outputs = _execute("training", train_output, train_output, monkeypatch)  # RUN unused by this notebook
+    # The execution of test_notebook_executes_and_plots[training] (this notebook reads no RUN, only the training run).
+    outputs = _execute("training", small_run, train_output, monkeypatch)
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert f"marked on the loss curve: data at step {rollback['step']}\n" in text, text[-2000:]
     assert "1 fault in " in text and sum("image/png" in o.get("data", {}) for o in outputs) >= 2

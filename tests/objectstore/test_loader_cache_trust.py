@@ -82,7 +82,9 @@ def _first_object(path):
     return CachedObject(uri, local_name(uri, sha, ".bin"), sha, entry["tokens"] * 2)
 
 
-@pytest.mark.parametrize("kind, workers", [("bin", 0), ("bin", 2), ("truncated", 0), ("idx", 0)])
+# A .bin and an .idx damaged in `make test`; with 2 workers and a file cut short in `make test-all` (4-5 s each)
+@pytest.mark.parametrize("kind, workers", [("bin", 0), pytest.param("bin", 2, marks=pytest.mark.slow),
+                                           pytest.param("truncated", 0, marks=pytest.mark.slow), ("idx", 0)])
 def test_a_damaged_cached_file_is_fetched_again_and_the_batches_are_the_local_ones(data, tmp_path, kind, workers):
     """A cache that holds the data, filled by one loader and damaged; a new loader (with 2 workers: two processes
     finding the same damaged copies) serves the local loader's batches over an epoch, having fetched each damaged

@@ -31,7 +31,8 @@ def _reference(path, steps: int, **kw) -> list[list[list[int]]]:
     return out
 
 
-@pytest.mark.parametrize("workers", [pytest.param(0, marks=pytest.mark.slow), 2])
+# 1,000 steps through moto: about 35 s; `make test` streams with 2 workers in test_skips_and_direct_batches_...
+@pytest.mark.parametrize("workers", [pytest.param(0, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_same_samples_as_local_for_1000_steps_within_a_quarter_cache(data, tmp_path, workers):
     path, total, largest = data
     cache, bound = tmp_path / "cache", total // 4
@@ -133,6 +134,8 @@ def test_skips_and_direct_batches_are_the_local_ones(data, tmp_path):
 
 
 
+@pytest.mark.slow  # three epochs through moto: about 30 s; `make test`: block shuffles served in tests/loader/
+# test_blockshuffle.py, a remote loader's samples in test_skips_and_direct_batches_are_the_local_ones
 def test_a_block_shuffle_streams_the_local_samples_fetching_each_file_about_once(data, tmp_path):
     """With a quarter cache a global shuffle fetches files again and again (about 25x the data in one epoch here);
     a block shuffle of 16 samples (about a third of a file's) in windows of 2 blocks serves the same samples as the

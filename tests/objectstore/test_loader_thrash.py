@@ -48,6 +48,7 @@ def test_a_stream_of_weight_0_takes_no_room_in_the_window(data, tmp_path):
         TokenLoader(URI, weights={"alpha": 1.0, "beta": 1.0}, **kw)
 
 
+@pytest.mark.slow  # an epoch of a global shuffle over a quarter cache, through moto: about 27 s; the window tests above
 def test_fetching_the_same_files_again_and_again_is_said_once(data, tmp_path, caplog):
     total, _ = data
     with caplog.at_level(logging.WARNING, logger="tokenmill.loader.loader"):

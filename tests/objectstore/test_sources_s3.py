@@ -120,6 +120,8 @@ def runs(ray_cluster, tmp_path_factory):
         yield root, server, reports
 
 
+@pytest.mark.slow  # `runs` is the demo twice, locally and through moto (about 70 s): a run on S3 in `make test` is
+# test_a_rerun_reads_again_only_when_an_object_changed (sources and output on the store)
 def test_s3_run_makes_the_bytes_of_the_local_run(runs):
     root, _, reports = runs
     assert [r.status for r in reports] == ["ran"] * 6
@@ -172,6 +174,7 @@ def _assert_same_bytes(local_root: Path, uri: str, keep: tuple[str, ...] | None)
     assert all(re.match(where, e) for e in errors), [e for e in errors if not re.match(where, e)][:3]
 
 
+@pytest.mark.slow  # `runs` (above); `make test`: an S3 run up to date, in test_a_rerun_reads_again_only_when_...
 def test_rerun_over_a_finished_s3_run_does_no_work(runs):
     root, server, _ = runs
     mp = pytest.MonkeyPatch()

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.train.runs import config, env, losses, write_config, write_tokens
 
 
@@ -31,6 +33,7 @@ def _train(cfg_path: Path, output: Path, kill_after: int | None = None) -> int:
     return proc.returncode
 
 
+@pytest.mark.slow  # three runs, two from moto: about 15 s; `make test`: the streaming loader on S3 (test_loader_*.py)
 def test_train_from_s3_killed_and_resumed_gives_the_local_losses(tmp_path, s3_server):
     write_tokens(tmp_path / "run" / "tokenize")
     s3_server.create_bucket("data")

@@ -75,6 +75,8 @@ def _wait_until_running(driver: subprocess.Popen, out: Path, timeout: float = 12
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # two `tokenmill run` processes with their clusters: about 15 s; the lock with a real driver in
+# `make test`: test_lock_of_a_killed_driver_is_taken_over
 def test_second_driver_on_one_run_folder_is_refused_naming_the_holder(ray_cluster, tmp_path):
     """Two real `tokenmill run` processes, different configs, one output: the second stops at once, A's output
     is A's alone (before: both exited 0 and B's tokenizer ended up beside A's token files)."""

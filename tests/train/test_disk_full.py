@@ -324,6 +324,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_without_its_rows
     assert _steps(out / METRICS_JSONL) == _steps(out / RANKS_JSONL) == [1, 2, 3]
 
 
+@pytest.mark.slow  # two ranks: about 20 s busy; a shared error said once on two ranks: the config test below
 def test_two_ranks_on_a_full_disk_say_it_once(tokens, tmp_path):
     """Full from the start: rank 0 cannot write config.json while rank 1 goes on to step 1; they stop together
     there. On 0a49688: an OSError traceback from each rank, exit 1, and the launcher's line."""

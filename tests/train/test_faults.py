@@ -127,6 +127,8 @@ def test_a_spike_before_the_first_checkpoint_stops_the_run_saying_there_is_none(
         Trainer(parse_train_config(config(tokens, out, steps=4, checkpoint_every=3, eval_every=0))).run()
     assert not (out / "checkpoints").exists() or not list((out / "checkpoints").iterdir())
 
+
+@pytest.mark.slow  # two ranks left asleep: about 25 s busy; test_watchdog.py's 2-rank test injects the same sleep
 def test_a_sleeping_rank_stops_at_its_step(tmp_path):
     """Rank 1 sleeps at the start of step 3 for good: it said so, rank 0 waits in the step's collectives, no step 3
     is ever written and the job stays up until it is stopped (the watchdog that names it is next)."""

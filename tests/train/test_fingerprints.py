@@ -32,6 +32,7 @@ def _two_ranks(tmp_path: Path, name: str, cfg: dict, faults: dict | None = None)
     return done
 
 
+@pytest.mark.slow  # two launches of two ranks: about 35 s; fingerprints on two real ranks in `make test`: test_doctor.py
 def test_two_ranks_write_a_row_per_rank_per_step_and_do_not_change_the_losses(tokens, tmp_path):
     on, off = tmp_path / "on", tmp_path / "off"
     base = config(tokens, on, steps=STEPS, checkpoint_every=4, eval_every=0)
@@ -63,6 +64,7 @@ def test_two_ranks_write_a_row_per_rank_per_step_and_do_not_change_the_losses(to
     assert not [e for e in events if e["action"] == "rank_anomaly"]
 
 
+@pytest.mark.slow  # two ranks: about 13 s busy; test_doctor.py's real run flags the same two faults at their ranks
 def test_a_corrupted_gradient_and_a_poisoned_batch_flag_their_rank_at_their_step(tokens, tmp_path):
     out = tmp_path / "run"
     # Poison first (step 7: global batch 6, whose samples 0-5 are rank 0's micro-batch; token 255 repeated, an id

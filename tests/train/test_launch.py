@@ -99,6 +99,7 @@ def test_nproc_trains_like_torchrun_and_only_torchrun_store_leaves_the_loopback(
     assert all(is_loopback(a) for a, p in torchrun_seen if p != port), torchrun_seen
 
 
+@pytest.mark.slow  # two launches of two ranks: about 30 s; the launcher stopping every rank: the SIGTERM test below
 def test_a_killed_rank_stops_the_other_and_the_rerun_resumes(tokens, tmp_path):
     out = tmp_path / "run"
     path = write_config(tmp_path / "train.yaml", config(tokens, out, steps=12, eval_every=0, checkpoint_every=4,

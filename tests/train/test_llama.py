@@ -209,6 +209,7 @@ def test_first_losses_equal_the_golden_file(tokens, tmp_path):
     assert got[-1] < got[0] - 0.2  # and it learns
 
 
+@pytest.mark.slow  # two torchrun ranks: about 11 s; FSDP2 gradients in `make test`: test_trainer.py's, on OPT
 def test_fsdp_gradients_equal_a_single_process_reference(tokens, tmp_path):
     """Two FSDP2 ranks (gloo) through the trainer's forward and backward, with the loader's position ids and the
     document mask, against the plain module on the whole global batch."""

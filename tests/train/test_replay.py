@@ -88,6 +88,7 @@ def test_replay_is_exact_and_a_one_step_corruption_is_transient_with_the_uninjec
     assert found.summary().startswith(f"1 fault in 8 steps: transient fault on rank 1 (host {socket.gethostname()})")
 
 
+@pytest.mark.slow  # two ranks, 10 steps with two faults: about 17 s; the verdicts' rules in `make test` below
 def test_a_poisoned_batch_is_data_rolled_back_naming_its_documents_and_a_tolerated_device_goes_on(tokens, tmp_path):
     """Two ranks. Global batch 6 (rank 0's samples, step 7) poisoned: the replay reproduces it, the swap moves it to
     rank 1 with the same values, so it is data: rolled back to step 5, batches skipped, documents named. Then rank
@@ -127,6 +128,7 @@ def test_a_poisoned_batch_is_data_rolled_back_naming_its_documents_and_a_tolerat
     assert [r["rank"] for r in found.faults[1].ranks] == [1]
 
 
+@pytest.mark.slow  # four ranks on two cores: about 20 s busy; a hardware verdict on two ranks is in the test above
 def test_a_persistent_corruption_on_four_ranks_is_hardware_and_stops_the_run(tokens, tmp_path):
     """Four ranks, rank 1's gradient x1e6 at every step from 4: it reproduces, and with rank 1's micro-batches on
     rank 2 the anomaly stays on rank 1. The run stops with an error naming rank 1, its host and device, and

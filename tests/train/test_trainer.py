@@ -204,6 +204,7 @@ def test_a_poisoned_batch_rolls_back_cuts_the_lr_and_is_skipped(tmp_path):
         assert r["lr"] == pytest.approx(0.5 * learning_rate(r["step"], 1e-2, 0, 24, 0.1))
 
 
+@pytest.mark.slow  # three launches of 24 steps: about 25 s busy; `make test` kills between checkpoints (above)
 def test_killed_after_a_rollback_resumes_with_the_same_losses(tmp_path):
     """A rollback rebuilds the loader's iterator (its worker starts again) and replays steps; a kill after the
     step-20 checkpoint that follows it, with the defaults, still resumes bit for bit."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.train.runs import config, env, write_config, write_tokens
 from tokenmill.train.faults import ENV
 from tokenmill.train.watchdog import HANG_EXIT, Progress, Watchdog, WatchdogConfig
@@ -36,6 +38,7 @@ def _run(tmp_path: Path, name: str, sleep_step: int) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=180, env=env(**{ENV: str(plan)}))
 
 
+@pytest.mark.slow  # two runs, each asleep 4 s: about 18 s; the limits in `make test`: the test above
 def test_a_first_step_slower_than_timeout_s_is_no_hang_and_a_later_one_is(tmp_path):
     first = _run(tmp_path, "first", 1)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -184,7 +184,10 @@ def test_each_pool_keeps_its_fraction_and_two_workers_give_the_same_bytes(refere
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("phase, point", [("score", "before_record"), ("score", "end"), ("map", "start")])
+# Killed inside the new phase in `make test`; between the phases (13 s each) in `make test-all`
+@pytest.mark.parametrize("phase, point", [("score", "before_record"),
+                                          pytest.param("score", "end", marks=pytest.mark.slow),
+                                          pytest.param("map", "start", marks=pytest.mark.slow)])
 def test_a_worker_killed_inside_or_between_the_phases_then_a_rerun_gives_the_same_bytes(
         reference, corpus, tmp_path, monkeypatch, phase, point):
     """max_retries 0: the kill fails the stage, and the rerun skips what was committed. A kill at the first map

@@ -86,6 +86,7 @@ def corpus(root, shared, plants: bool):
     return root / "run.yaml", planted
 
 
+@pytest.mark.slow  # two runs over real evaluation sets: about 16 s; the stage on Ray in `make test`: test_demo_run.py
 def test_natural_then_planted_hits(ray_cluster, shared_data, tmp_path):
     natural_cfg, _ = corpus(tmp_path / "natural", shared_data, plants=False)
     run_into(natural_cfg, tmp_path / "natural" / "out")
