@@ -94,8 +94,7 @@ def test_a_rank_that_wrote_no_report_is_made_to_dump_its_stack(tmp_path, paused_
                "from tokenmill.train.watchdog import Progress, Watchdog, WatchdogConfig\n"
                "d = types.SimpleNamespace(rank=1, world_size=2, device='cpu', progress=Progress())\n"
                "Watchdog.start(WatchdogConfig(timeout_s=600), d, Path(sys.argv[1]))\n"
-               "print('ready', flush=True)\n"
-               "def waiting_in_a_collective():\n    time.sleep(600)\n"
+               "def waiting_in_a_collective():\n    print('ready', flush=True)\n    time.sleep(600)\n"
                "waiting_in_a_collective()\n")
     rank1 = subprocess.Popen([sys.executable, "-c", sleeper, str(out)], stdout=subprocess.PIPE, text=True)
     rank0 = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({HANG_EXIT})"])
