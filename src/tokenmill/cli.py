@@ -153,6 +153,13 @@ def cmd_runs_gc(args: argparse.Namespace) -> int:
     return runs_gc(args)
 
 
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """`tokenmill ablate CONFIG`, `ablate validate CONFIG`, `ablate report DIR`: proxy-model ablations of recipes."""
+    from tokenmill.ablate.commands import ablate
+
+    return ablate(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__.split("\n\n")[0])  # the first line
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -276,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the n best and n worst documents by this score column (e.g. hq_score), kept and "
                               "dropped together, instead of random ones")
     inspect.set_defaults(func=cmd_inspect)
+
+    ablate = sub.add_parser("ablate", help="train proxy models on variants of a run config and compare them, with "
+                            "intervals: `ablate CONFIG`, `ablate validate CONFIG`, `ablate report DIR`")
+    ablate.add_argument("args", nargs="+", metavar="CONFIG | validate CONFIG | report DIR")
+    ablate.add_argument("--ray-address", help="join this Ray cluster for the variants' pipelines")
+    ablate.set_defaults(func=cmd_ablate)
     return parser
 
 

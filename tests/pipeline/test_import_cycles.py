@@ -153,7 +153,7 @@ def test_type_checking_imports_are_edges_unless_left_out():
 
 LAYERS = [
     ["commands"],
-    ["inspect", "manifests", "demo", "train"],
+    ["inspect", "manifests", "demo", "train", "ablate"],
     ["stages"],
     ["classifier"],
     ["pipeline"],

@@ -1,0 +1,135 @@
+"""One proxy run: an ordinary trainer run on a variant's tokens, scored at every evaluation point, marked when done."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenmill.ablate.tasks import Item
+from tokenmill.train.atomic import write_atomic
+
+log = logging.getLogger(__name__)
+
+DONE = "done.json"
+"""Written atomically when the run has trained its last step and scored its last point: never trained again."""
+EVALS = "evals"
+"""`step_<N>.json` per evaluation point, each written atomically."""
+
+
+@dataclass(frozen=True)
+class ProxyJob:
+    """What one proxy run needs, picklable for a worker process."""
+
+    variant: str
+    seed: int
+    train: dict[str, Any]
+    """The `tokenmill train` mapping (data, output, seed, steps ...)."""
+    points: tuple[int, ...]
+    heldout: dict[str, list[tuple[str, str]]]
+    """{source: [(id, text)]}."""
+    tasks: dict[str, list[Item]]
+    threads: int = 0
+    """torch threads in this process (0: leave as is)."""
+
+    @property
+    def output(self) -> Path:
+        return Path(self.train["output"])
+
+
+def eval_path(output: Path, step: int) -> Path:
+    return output / EVALS / f"step_{step:06d}.json"
+
+
+def is_done(output: Path) -> bool:
+    return (output / DONE).is_file()
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.6g}") if math.isfinite(x) else x
+
+
+def evaluate(model, tokenizer, seq_len: int, job: ProxyJob, step: int, tokens: int) -> dict[str, Any]:
+    """Every evaluation of one model: per source each held-out document's nats and bytes, per task each item's
+    metrics."""
+    from tokenmill.ablate.scoring import Scorer, score_items
+
+    scorer = Scorer(model, tokenizer, seq_len)
+    heldout = {}
+    for source, docs in job.heldout.items():
+        scored = scorer.document_nll([t for _, t in docs])
+        heldout[source] = {"nll": [_round(n) for n, _ in scored], "bytes": [b for _, b in scored]}
+    tasks = {}
+    for name, items in job.tasks.items():
+        rows = score_items(scorer, items)
+        tasks[name] = {m: [_round(r[m]) for r in rows] for m in ("acc", "acc_norm", "p_correct")}
+    return {"step": step, "tokens": tokens, "heldout": heldout, "tasks": tasks}
+
+
+def _trainer_class():
+    from tokenmill.train.trainer import Trainer
+
+    class ScoredTrainer(Trainer):
+        """The trainer, with the ablation's evaluations written at each of `points` (before that step's checkpoint,
+        so a run killed between the two scores the step again, to the same values)."""
+
+        def __init__(self, config, job: ProxyJob):
+            super().__init__(config)
+            self.job = job
+            self.flops_per_token = 0
+            self.tokenizer = None
+
+        def _start(self, run, d):
+            step = super()._start(run, d)
+            self.flops_per_token = run.flops_per_token
+            return step
+
+        def _log(self, run, step, row):
+            last = super()._log(run, step, row)
+            if step in self.job.points:
+                path = eval_path(self.out, step)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                result = evaluate(run.model, self._tokenizer(), self.cfg.seq_len, self.job, step, row["tokens"])
+                write_atomic(path, json.dumps(result, sort_keys=True) + "\n")
+            return last
+
+        def _tokenizer(self):
+            if self.tokenizer is None:
+                from tokenmill.tokenize import tokens_json
+                from tokenmill.tokenize.tokenizer import load_tokenizer
+
+                index_path = Path(self.cfg.resolved_paths()[0])
+                info = tokens_json.read(index_path).tokenizer
+                self.tokenizer = load_tokenizer(str(index_path.parent / info["file"]), info["eos_token"])
+            return self.tokenizer
+
+    return ScoredTrainer
+
+
+def train_proxy(job: ProxyJob) -> dict[str, Any]:
+    """Train (or resume) one proxy run and score it; a finished run (its `done.json`) is not trained again.
+    Returns the done marker's content, with `trained_now` (False for a run found finished)."""
+    out = job.output
+    if is_done(out):
+        return {**json.loads((out / DONE).read_text(encoding="utf-8")), "trained_now": False}
+    import torch
+
+    from tokenmill.train.config import parse_train_config
+
+    if job.threads:
+        torch.set_num_threads(job.threads)
+    config = parse_train_config(job.train, out.parent)
+    trainer = _trainer_class()(config, job)
+    summary = trainer.run()
+    missing = [p for p in job.points if not eval_path(out, p).is_file()]
+    if missing:
+        # Steps trained by an earlier attempt that died after its checkpoint and before its evaluation: none, since
+        # the evaluation is written first; kept as a check, as a marker over a hole would be final.
+        raise RuntimeError(f"{out}: evaluation points {missing} have no scores; delete the run folder to retrain")
+    done = {"variant": job.variant, "seed": job.seed, "steps": summary["steps"], "tokens": summary["tokens"],
+            "flops_per_token": trainer.flops_per_token, "params": summary["params"]}
+    write_atomic(out / DONE, json.dumps(done, sort_keys=True) + "\n")
+    return {**done, "trained_now": True}
