@@ -83,3 +83,26 @@ def test_share_plan_follows_equal_stage_prefixes(tmp_path):
         "base", ["ingest"], ["tokenize"])
     assert (plans["same"].partner, plans["same"].shared) == ("base", ["ingest", "dedup", "tokenize"])
     assert plans["junk"].shared == [] and plans["junk"].partner is None
+
+
+def test_a_report_folder_is_read_where_it_lies_not_where_its_recorded_output_points(tmp_path):
+    """`tokenmill ablate report DIR` on a folder from someone else: a recorded `output` elsewhere (here the parent,
+    where a crafted config would have the report read proxies) is not followed; a base name with a separator is
+    refused."""
+    import json
+
+    from tokenmill.ablate.layout import CONFIG_FILE, proxy_dir
+    from tokenmill.ablate.report import load_config
+
+    write_corpus(tmp_path, clean_docs=20)
+    config = load_ablate_config(write_ablation(tmp_path, {"same": {}}))
+    folder = tmp_path / "handed-over"
+    folder.mkdir()
+    recorded = {**json.loads(config.model_dump_json()), "output": str(tmp_path), "base_dir": config.base_dir}
+    (folder / CONFIG_FILE).write_text(json.dumps(recorded))
+    loaded = load_config(folder)
+    assert loaded.output_dir == folder.resolve()
+    assert proxy_dir(loaded, "same", 0).is_relative_to(folder.resolve())
+    (folder / CONFIG_FILE).write_text(json.dumps({**recorded, "base_name": "../x"}))
+    with pytest.raises(ValueError, match="not a usable folder name"):
+        load_config(folder)

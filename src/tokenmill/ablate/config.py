@@ -152,8 +152,8 @@ class AblateConfig(StrictModel):
     def _names(self) -> "AblateConfig":
         if self.base_name in self.variants:
             raise ValueError(f"variants: {self.base_name!r} is the base's name (base_name); rename the variant")
-        for name in self.variants:
-            if not name or "/" in name or name.startswith((".", "_")):
+        for name in self.names:  # each a folder name under the ablation folder: no separator, no `..`
+            if not name or "/" in name or "\\" in name or name.startswith((".", "_")):
                 raise ValueError(f"variants: {name!r} is not a usable folder name")
         return self
 

@@ -33,12 +33,13 @@ def _round(value: Any) -> Any:
 
 
 def load_config(folder: Path) -> AblateConfig:
-    """The ablation config that made `folder` (its `ablate_config.json`)."""
-
+    """The ablation config that made `folder` (its `ablate_config.json`), its output set to `folder` itself: a folder
+    handed over by someone else is read where it lies, never where its recorded `output` points."""
     path = folder / CONFIG_FILE
     if not path.is_file():
         raise TokenmillError(f"{folder} is not an ablation folder (no {CONFIG_FILE}); run `tokenmill ablate CONFIG`")
-    return AblateConfig.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    return AblateConfig.model_validate({**recorded, "output": str(Path(folder).resolve())})
 
 
 def lower_is_better(metric: str) -> bool:
