@@ -3,7 +3,7 @@ its docstring documents it, must exit 0, print JSON and report at least one rati
 reason: ../shared/data absent, or scipy missing for dedup_quality). No timing asserts.
 
 The quick runs take about two minutes in all (scale.py, ingest_sample.py and dedup_scale.py alone 40, 20 and 10 s):
-they are `slow` (`make test-all`, and `make bench-quick` runs the same). In `make test` every script still starts
+they are `slow` (`make test-slow`, and `make bench-quick` runs the same). In `make test` every script still starts
 (`--help`) with benchmarks/ as sys.path[0], and no script in benchmarks/ may shadow a standard-library or installed
 module.
 """
@@ -79,7 +79,7 @@ def test_every_script_starts(name):
     assert "usage:" in proc.stdout
 
 
-@pytest.mark.slow  # about two minutes for all at quick size: `make test-all` and `make bench-quick`
+@pytest.mark.slow  # about two minutes for all at quick size: `make test-slow` and `make bench-quick`
 @pytest.mark.parametrize("name", NAMES)
 def test_benchmark_runs_at_quick_size(name, tmp_path):
     proc, summary = run_quick(tmp_path, "--only", name)

@@ -102,7 +102,7 @@ def test_kill_driver_then_rerun_matches_uninterrupted(ray_cluster, tmp_path, sta
 
 
 @pytest.mark.ray
-# --ray-address: `make test-all` (the fault suite's driver kills join the session's cluster with it in `make test`)
+# --ray-address: `make test-slow` (the fault suite's driver kills join the session's cluster with it in `make test`)
 @pytest.mark.parametrize("named_by", [pytest.param("flag", marks=pytest.mark.slow), "RAY_ADDRESS"])
 def test_join_an_existing_cluster(ray_cluster, tmp_path, named_by):
     """`--ray-address`, or else Ray's own RAY_ADDRESS (set by `ray job submit` and in a KubeRay head pod): with the

@@ -117,6 +117,7 @@ def test_ctrl_c_during_ray_start_up_is_one_line_and_exit_130(tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.long  # a driver started, SIGKILLed and every Ray helper waited out: about 17 s, `make test-all`
 def test_sigkill_of_the_driver_leaves_no_ray_helper(tmp_path):
     """SIGKILL once the raylet has started its agents: every Ray process of that driver is gone within 10 s (Ray's
     dashboard and runtime-env agents used to keep a port on 127.0.0.1 for 60-65 s)."""

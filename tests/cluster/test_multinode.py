@@ -18,7 +18,7 @@ from tests.cluster.nodes import LocalCluster
 from tests.netstat import is_loopback, listeners
 from tests.pipeline.test_runner import run_into, tree
 
-# Two Ray nodes started by `ray start`, a run across them, one killed: about two minutes, so in `make test-all`.
+# Two Ray nodes started by `ray start`, a run across them, one killed: about two minutes, so in `make test-slow`.
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 CLI = [sys.executable, "-m", "tokenmill"]

@@ -41,6 +41,7 @@ from tokenmill.pipeline.runner import run_pipeline
 
 pytestmark = [
     pytest.mark.ray,
+    pytest.mark.long,  # two pipeline runs over every file of the shared data: about 75 s, `make test-all`
     pytest.mark.skipif(not SHARED_DATA.is_dir(),
                        reason=f"real-data samples not found at {SHARED_DATA} (they sit beside the repository in CI)"),
 ]

@@ -43,7 +43,7 @@ from tokenmill.pipeline.runner import run_pipeline
 FAST_TRIALS = 1
 FAST_STAGES = {"tokenize"}
 """The stage whose trial 0 `make test` runs (each trial is a driver started and killed, then a rerun: 10-25 s on two
-busy cores); every other stage's trials are in `make test-all`."""
+busy cores); every other stage's trials are in `make test-slow`."""
 OWN_CLUSTER_EVERY = 10
 """Trials 2 and 12 of each stage start their own local Ray cluster; the others join the session's."""
 TASK_DELAY_S = 0.05

@@ -28,7 +28,7 @@ from tokenmill.classifier.train import train_classifier
 
 POINTS = ("reading", "train_file", "fitting", "saved_tmp", "model_no_sidecar")
 FAST_POINTS = {"fitting"}
-"""The kill point `make test` runs (a training killed in fastText's child); the others are in `make test-all`."""
+"""The kill point `make test` runs (a training killed in fastText's child); the others are in `make test-slow`."""
 
 
 def _state(out: Path, proc: subprocess.Popen) -> set[str]:

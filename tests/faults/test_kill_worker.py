@@ -22,7 +22,7 @@ from tokenmill.pipeline.runner import run_pipeline
 
 FAST_TRIALS = 1
 FAST_STAGES = {"tokenize"}
-"""The stage whose trial 0 `make test` runs; every other stage's trials are in `make test-all`."""
+"""The stage whose trial 0 `make test` runs; every other stage's trials are in `make test-slow`."""
 
 
 @pytest.mark.ray

@@ -64,7 +64,7 @@ def _execute_once(name: str, run, train_output, monkeypatch) -> list:
 
 FAST = {"inspect_samples", "training", "classifiers"}
 """Executed in `make test` (the last two once for this test and the specific ones below); each other notebook's kernel
-and imports take 2-5 s: `make test-all`."""
+and imports take 2-5 s: `make test-slow`."""
 
 
 @pytest.mark.ray

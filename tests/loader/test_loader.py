@@ -125,7 +125,7 @@ def reference(data):
     return batches
 
 
-@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, 4])  # world 1: 30 s, `make test-all`
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, 4])  # world 1: 30 s, `make test-slow`
 def test_fifty_random_stops_resume_exactly(reference, world):
     rng = np.random.default_rng(world)
     stops = sorted(rng.integers(1, 40, size=50).tolist())

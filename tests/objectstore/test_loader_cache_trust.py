@@ -82,7 +82,7 @@ def _first_object(path):
     return CachedObject(uri, local_name(uri, sha, ".bin"), sha, entry["tokens"] * 2)
 
 
-# A .bin and an .idx damaged in `make test`; with 2 workers and a file cut short in `make test-all` (4-5 s each)
+# A .bin and an .idx damaged in `make test`; with 2 workers and a file cut short in `make test-slow` (4-5 s each)
 @pytest.mark.parametrize("kind, workers", [("bin", 0), pytest.param("bin", 2, marks=pytest.mark.slow),
                                            pytest.param("truncated", 0, marks=pytest.mark.slow), ("idx", 0)])
 def test_a_damaged_cached_file_is_fetched_again_and_the_batches_are_the_local_ones(data, tmp_path, kind, workers):

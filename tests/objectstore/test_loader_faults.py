@@ -34,7 +34,7 @@ def _reference(path, steps: int) -> list:
     return [next(it)["input_ids"].tolist() for _ in range(steps)]
 
 
-# 400 steps of 256-byte reads through moto, stopped and restarted: about 40 s, `make test-all`; the loader's faults in
+# 400 steps of 256-byte reads through moto, stopped and restarted: about 40 s, `make test-slow`; the loader's faults in
 # `make test`: the corrupt objects and the loader killed mid-download below
 @pytest.mark.parametrize("workers", [pytest.param(0, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_an_outage_mid_fetch_is_retried_and_the_samples_are_unchanged(data, tmp_path, s3_server, monkeypatch,

@@ -304,6 +304,7 @@ def test_an_object_changed_after_listing_is_named(s3_server, monkeypatch):
         check_unchanged("s3://bkt/a.jsonl", "s:a.jsonl", stamp)
 
 
+@pytest.mark.long  # three runs from the local S3 server: about 17 s, `make test-all`
 def test_a_rerun_reads_again_only_when_an_object_changed(s3_server, tmp_path, ray_cluster):
     """Sources and output on the store: a changed object moves the stage aside (a folder moved object by object,
     `storage.move_tree`) and recomputes it; the object's old bytes put back restore the earlier generation from

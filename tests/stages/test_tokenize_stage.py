@@ -73,6 +73,7 @@ def test_every_sequence_decodes_to_its_document(ray_cluster, corpus, tmp_path):
     assert report["tokens"]["train"] + report["tokens"]["valid"] == sum(len(s) for _, s, _ in seen.values())
 
 
+@pytest.mark.long  # the stage run four ways (shards x workers): about 19 s, `make test-all`
 def test_split_stable_under_resharding_and_workers(ray_cluster, corpus, tmp_path):
     config, _ = corpus
     run_into(config, tmp_path / "w1", workers=1)
@@ -124,7 +125,7 @@ def test_resume_after_losing_commits_of_every_phase(ray_cluster, corpus, tmp_pat
     assert engines == {"tiktoken"}  # GPT-2 files: the fast engine applies (proven equal at load)
 
 
-# `tokenizers`: about 10 s, `make test-all`; `auto` (tiktoken, the engine a run picks) in `make test`
+# `tokenizers`: about 10 s, `make test-slow`; `auto` (tiktoken, the engine a run picks) in `make test`
 @pytest.mark.parametrize("engine", ["auto", pytest.param("tokenizers", marks=pytest.mark.slow)])
 def test_added_tokens_give_the_tokenizers_own_ids_on_every_document(ray_cluster, shared_data, tmp_path, engine):
     """A GPT-NeoX-like tokenizer (non-special added tokens for runs of spaces): every sequence the stage writes is

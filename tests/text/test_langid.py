@@ -220,7 +220,7 @@ def _shared_long_texts(shared: Path, longer_than: int) -> list[tuple[str, str, s
     return out
 
 
-@pytest.mark.slow  # every text of the shared data identified twice: about 15 s, `make test-all`
+@pytest.mark.slow  # every text of the shared data identified twice: about 15 s, `make test-slow`
 def test_quick_prefix_changes_on_the_shared_data_are_these(shared_data):
     """What `quick_chars: 500` changes in the clean stage over every text file of the shared data (docs/clean.md):
     no language, and one keep/drop verdict, a Korean translation page of an English iFixit guide whose first 500

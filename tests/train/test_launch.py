@@ -67,6 +67,7 @@ def start_past_checkpoint(path: Path, out: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.long  # a run by --nproc and one by torchrun, with the sockets watched: about 26 s, `make test-all`
 def test_nproc_trains_like_torchrun_and_only_torchrun_store_leaves_the_loopback(tokens, tmp_path):
     short = {"steps": 8, "eval_every": 0, "checkpoint_every": 4}
     port = free_port()

@@ -258,7 +258,7 @@ def _rows(output: Path) -> list[tuple]:
     return [(r["step"], r.get("loss"), r.get("valid_loss"), r.get("grad_norm")) for r in metrics(output)]
 
 
-@pytest.mark.slow  # three training processes: `make test-all`
+@pytest.mark.slow  # three training processes: `make test-slow`
 def test_killed_between_checkpoints_resumes_with_the_same_losses(tokens, tmp_path):
     """llama-tiny with one loader worker (the trainer's default), killed two steps past the step-10 checkpoint and
     validation: the resumed steps' losses, norms and validation losses are bit-identical. Llama has no dropout, so

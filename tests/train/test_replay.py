@@ -43,6 +43,7 @@ def _replays(out: Path) -> list[dict]:
 # -- real runs ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long  # an injected and an uninjected two-rank run, compared: about 24 s, `make test-all`
 def test_replay_is_exact_and_a_one_step_corruption_is_transient_with_the_uninjected_losses(tokens, tmp_path):
     """Two ranks, dropout on. Step 3, healthy, is replayed on demand (the probe): swapped, then on the same ranks,
     each value bit for bit the original's. Rank 1's gradient x1e6 once at step 7: the replay runs clean, the step is

@@ -34,7 +34,7 @@ def _run(cfg: dict, base: Path, **kwargs) -> dict:
     return Trainer(parse_train_config(cfg, base), **kwargs).run()
 
 
-@pytest.mark.slow  # three torchrun launches (2, 1 and 3 ranks): `make test-all`; 2 ranks resume in test_launch.py
+@pytest.mark.slow  # three torchrun launches (2, 1 and 3 ranks): `make test-slow`; 2 ranks resume in test_launch.py
 def test_two_processes_with_torchrun_then_resume_on_one_and_on_three(tokens, tmp_path):
     # Without dropout: the 1- and 3-rank continuations are compared with each other, and each rank draws its own
     # masks, so with dropout they differ by more than the summation order. Exact resume with dropout on the same
@@ -134,6 +134,7 @@ def _rows(output: Path) -> list[tuple]:
     return [(r["step"], r.get("loss"), r.get("valid_loss"), r.get("rolled_back", False)) for r in metrics(output)]
 
 
+@pytest.mark.long  # two runs of torchrun, one SIGKILLed and resumed: about 25 s, `make test-all`
 def test_killed_between_checkpoints_resumes_with_the_same_losses(tokens, tmp_path):
     """With the defaults (dropout 0.1, one loader worker), killed two steps past the step-10 checkpoint and its
     validation: the resumed steps have bit-identical losses."""

@@ -30,7 +30,8 @@ def tokens(tmp_path_factory):
 
 
 # Small timeouts, each well above a step of opt-tiny on busy cores (about 1 s for the first step of 4 ranks on 2).
-@pytest.mark.parametrize("nproc, step, timeout_s", [(2, 3, 5), pytest.param(4, 2, 8, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("nproc, step, timeout_s", [pytest.param(2, 3, 5, marks=pytest.mark.long),
+                                                      pytest.param(4, 2, 8, marks=pytest.mark.slow)])
 def test_a_rank_asleep_at_a_step_is_named_with_every_rank_stack(tokens, tmp_path, nproc, step, timeout_s):
     """Rank 1 sleeps for good at the start of ``step``: every rank's watchdog fires once no step has finished for
     ``timeout_s``, the launcher prints one message naming rank 1 and the step, and the run exits with HANG_EXIT."""

@@ -184,7 +184,7 @@ def test_each_pool_keeps_its_fraction_and_two_workers_give_the_same_bytes(refere
 
 
 @pytest.mark.ray
-# Killed inside the new phase in `make test`; between the phases (13 s each) in `make test-all`
+# Killed inside the new phase in `make test`; between the phases (13 s each) in `make test-slow`
 @pytest.mark.parametrize("phase, point", [("score", "before_record"),
                                           pytest.param("score", "end", marks=pytest.mark.slow),
                                           pytest.param("map", "start", marks=pytest.mark.slow)])
