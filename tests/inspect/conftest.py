@@ -54,14 +54,14 @@ def train_output(tmp_path_factory) -> Path:
     """A 24-step opt-tiny run that rolls back once (the poisoned batch) and evaluates every 10 steps."""
     from tokenmill.train.config import parse_train_config
     from tokenmill.train.trainer import Trainer
-    from tests.train.runs import config
+    from tests.train.runs import CONSTANT_FINGERPRINTS, config
 
     root = tmp_path_factory.mktemp("inspect-train")
     tokens, weights = _poisoned_tokens(root)
     out = root / "run"
     guard = {"warmup_steps": 8, "ewm_alpha": 0.5, "z_threshold": 12.0, "lr_factor": 0.5}
     cfg = config(tokens, out, weights=weights, global_batch_size=4, steps=24, lr=1e-2, warmup_steps=0,
-                 eval_every=10, checkpoint_every=5, guard=guard)
+                 eval_every=10, checkpoint_every=5, guard=guard, fingerprints=CONSTANT_FINGERPRINTS)
     summary = Trainer(parse_train_config(cfg, root)).run()
     assert summary["rollbacks"] == 1, summary
     return out

@@ -30,6 +30,11 @@ def constant_docs(n: int, rng: np.random.Generator) -> list[list[int]]:
     return [[1] * int(rng.integers(40, 160)) for _ in range(n)]
 
 
+CONSTANT_FINGERPRINTS = {"max_token_share": 1.0}
+"""The fingerprints of a run on `constant_docs`: their samples are one id repeated by design, which the default
+`max_token_share` flags as a zero-filled block would be."""
+
+
 def write_tokens(root: Path, seed: int = 0, extra: dict[str, list[list[int]]] | None = None,
                  docs=pattern_docs) -> Path:
     rng = np.random.default_rng(seed)

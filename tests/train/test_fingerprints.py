@@ -69,8 +69,8 @@ def test_a_corrupted_gradient_and_a_poisoned_batch_flag_their_rank_at_their_step
     out = tmp_path / "run"
     # Poison first (step 7: global batch 6, whose samples 0-5 are rank 0's micro-batch; token 255 repeated, an id
     # the data never holds, as a 0xFF-filled block would read), then rank 1's gradient multiplied by 1e6 once, at
-    # step 9. The default thresholds: the poisoned rank's local norm is ~7x its peer's (8.9 spreads), healthy
-    # ranks differ by under 1.5x here (under 2 spreads).
+    # step 9. The poisoned rank's local norm is ~7x its peer's (8.9 spreads: as far as real heterogeneous batches
+    # go, so not flagged on its own); its samples are one id repeated (top_token_share 1.0: flagged at once).
     faults = {"grad": {"rank": 1, "step": 9, "mode": "once", "kind": "scale", "factor": 1e6},
               "poison": {"batch": 6, "samples": [0, 5], "tokens": 255}, "log": str(tmp_path / "injected.jsonl")}
     cfg = config(tokens, out, steps=10, checkpoint_every=100, eval_every=0, fingerprints={"every": 5})
@@ -80,7 +80,8 @@ def test_a_corrupted_gradient_and_a_poisoned_batch_flag_their_rank_at_their_step
     flags = [e for e in log_rows(out / "events.jsonl") if e["action"] == "rank_anomaly"]
     assert [(e["step"], e["rank"]) for e in flags] == [(7, 0), (9, 1)], flags
     poisoned, corrupted = flags
-    assert poisoned["batch"] == 6 and "grad_norm_local" in poisoned["metrics"]
+    assert poisoned["batch"] == 6 and set(poisoned["metrics"]) == {"top_token_share"}
+    assert poisoned["metrics"]["top_token_share"]["value"] == 1.0
     # Rank 1's own gradient, before the reduction, is the outlier; the reduction spread it into both shards.
     assert set(corrupted["metrics"]) == {"grad_norm_local"}
     local = corrupted["metrics"]["grad_norm_local"]
@@ -121,7 +122,8 @@ def _detector(world: int, **cfg) -> Detector:
 
 
 def _table(*rows) -> np.ndarray:
-    return np.array(rows, dtype=np.float64)
+    """(loss, local, shard) per rank, with a top_token_share of real text (0.05)."""
+    return np.array([[*row, 0.05] for row in rows], dtype=np.float64)
 
 
 def test_one_rank_far_from_the_others_median_is_flagged_and_healthy_spread_is_not():

@@ -103,7 +103,7 @@ def test_a_rollback_to_a_checkpoint_from_before_an_accepted_data_change_goes_on(
     same checkpoint, whose loader state is of the old data: the run goes on, on the new data, and finishes."""
     from tokenmill.train.config import parse_train_config
     from tokenmill.train.trainer import Trainer
-    from tests.train.runs import constant_docs
+    from tests.train.runs import CONSTANT_FINGERPRINTS, constant_docs
     from tests.train.test_trainer import _poisoned
 
     poisoned, weights = _poisoned(tmp_path)  # the poison document is served once, in global batches 11 to 16
@@ -111,7 +111,7 @@ def test_a_rollback_to_a_checkpoint_from_before_an_accepted_data_change_goes_on(
     guard = {"warmup_steps": 8, "ewm_alpha": 0.5, "z_threshold": 12.0, "lr_factor": 0.5}
     out = tmp_path / "run"
     cfg = config(harmless, out, weights=weights, global_batch_size=4, steps=10, lr=1e-2, warmup_steps=0,
-                 eval_every=0, checkpoint_every=10, guard=guard)
+                 eval_every=0, checkpoint_every=10, guard=guard, fingerprints=CONSTANT_FINGERPRINTS)
     Trainer(parse_train_config(cfg)).run()
     summary = Trainer(parse_train_config({**cfg, "data": str(poisoned), "steps": 24,
                                           "allow_data_change": True})).run()

@@ -19,7 +19,8 @@ from tokenmill.train.config import load_train_config, parse_train_config
 from tokenmill.train.model import OPTDecoder, model_config
 from tokenmill.train.run import padded_vocab
 from tokenmill.train.trainer import KILL_AFTER_STEP_ENV, Trainer
-from tests.train.runs import config, constant_docs, env, losses, metrics, torchrun, write_config, write_tokens
+from tests.train.runs import CONSTANT_FINGERPRINTS, config, constant_docs, env, losses, metrics, torchrun, write_config, \
+    write_tokens
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden_losses.json"
@@ -182,7 +183,7 @@ def test_a_poisoned_batch_rolls_back_cuts_the_lr_and_is_skipped(tmp_path):
     # Fast statistics (the loss settles within 10 steps) and a wide threshold: the poison scores z = 24, noise < 7.
     guard = {"warmup_steps": 8, "ewm_alpha": 0.5, "z_threshold": 12.0, "lr_factor": 0.5}
     summary = _run(config(tokens, out, weights=weights, global_batch_size=4, steps=24, lr=1e-2, warmup_steps=0,
-                          eval_every=0, checkpoint_every=5, guard=guard), tmp_path)
+                          eval_every=0, checkpoint_every=5, guard=guard, fingerprints=CONSTANT_FINGERPRINTS), tmp_path)
     assert summary["steps"] == 24 and summary["rollbacks"] == 1
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     rollback = next(e for e in events if e["action"] == "rollback")
@@ -212,7 +213,8 @@ def test_killed_after_a_rollback_resumes_with_the_same_losses(tmp_path):
     tokens, weights = _poisoned(tmp_path)
     guard = {"warmup_steps": 8, "ewm_alpha": 0.5, "z_threshold": 12.0, "lr_factor": 0.5}
     cfg = _defaults(config(tokens, tmp_path / "unused", weights=weights, global_batch_size=4, steps=24, lr=1e-2,
-                           warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard))
+                           warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard,
+                           fingerprints=CONSTANT_FINGERPRINTS))
     whole, out = _whole_and_killed(tmp_path, cfg, 22, [sys.executable, "-m", "tokenmill.cli", "train"])
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert [e["action"] for e in events] == ["rollback", "resume"], events
@@ -294,7 +296,8 @@ def test_a_spike_beyond_max_rollbacks_stops_the_run(tmp_path):
     reporter = Recorder()
     with pytest.raises(RollbacksExhausted, match="max_rollbacks=0"):
         _run(config(tokens, tmp_path / "run", weights=weights, global_batch_size=4, steps=24, lr=1e-2,
-                    warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard), tmp_path, reporter=reporter)
+                    warmup_steps=0, eval_every=0, checkpoint_every=5, guard=guard, fingerprints=CONSTANT_FINGERPRINTS),
+             tmp_path, reporter=reporter)
     assert reporter.calls[0] == ("start", 24, 0) and reporter.calls[-1] == ("stop",)
 
 

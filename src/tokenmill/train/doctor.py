@@ -146,7 +146,7 @@ def _on_rank_anomaly(faults: list[Fault], event: dict[str, Any], joined: Fault |
     rows = flagged.get((event.get("step"), event.get("rank")))
     if rows:  # the k-th anomaly of a (step, rank) is its k-th flagged row
         row = rows.pop(0)
-        rank["values"] = {k: row.get(k) for k in METRICS}
+        rank["values"] = {k: row[k] for k in METRICS if k in row}  # a run of before top_token_share has none
     entry.ranks.append(rank)
     if joined is not None:
         entry.events.append(event)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import torch
 from torch.distributed.tensor import DTensor
 
+from tokenmill.train.fingerprints import top_token_share
 from tokenmill.train.run import Run
 
 
@@ -26,6 +27,7 @@ def forward_backward(run: Run, step: int, micros: list[dict[str, torch.Tensor]] 
     ``seed_rank``; else the loader's next."""
     d = run.d
     loss_sum = torch.zeros((), device=d.device)
+    share = 0.0
     batch = -1 if micros is None else run.step_batch
     if micros is None and run.keep_micros:
         run.step_micros = []
@@ -37,6 +39,7 @@ def forward_backward(run: Run, step: int, micros: list[dict[str, torch.Tensor]] 
         if run.sharded:
             run.model.set_requires_gradient_sync(m == run.accumulation - 1)
         positions = micro.get("position_ids")
+        share = max(share, top_token_share(micro["input_ids"]))  # before the copy to the device: no sync
         with dropout_rng(run.cfg.seed, step, m, d.rank if seed_rank is None else seed_rank, d.device):
             with run.autocast():
                 loss = run.model(micro["input_ids"].to(d.device, non_blocking=True),
@@ -45,6 +48,7 @@ def forward_backward(run: Run, step: int, micros: list[dict[str, torch.Tensor]] 
             (loss / run.accumulation).backward()
         loss_sum += loss.detach().float()
     run.local_loss = float(loss_sum) / run.accumulation
+    run.local_share = share
     run.step_batch = batch
     loss_value, full = d.all_mean([run.local_loss, run.disk.flag])  # a full disk held by a rank rides along
     run.disk.agree(full)

@@ -42,9 +42,10 @@ from tokenmill.train.fingerprints import gather_table
 
 DATA, HARDWARE, TRANSIENT = "data", "hardware", "transient"
 CLASSIFICATIONS = (DATA, HARDWARE, TRANSIENT)
-#: Per-rank values of a pass, compared between passes (``grad_norm_shard`` is kept as evidence only: the reduction
-#: mixes every rank's gradient into it, so it cannot follow a batch or a rank).
-RANK_VALUES = ("loss", "grad_norm_local", "grad_norm_shard")
+#: Per-rank values of a pass (the fingerprints' ``METRICS``), compared between passes (``grad_norm_shard`` is kept as
+#: evidence only: the reduction mixes every rank's gradient into it, so it cannot follow a batch or a rank;
+#: ``top_token_share`` is the samples', the same wherever they run).
+RANK_VALUES = ("loss", "grad_norm_local", "grad_norm_shard", "top_token_share")
 COMPARED = ("loss", "grad_norm_local")
 FAULTY_RANKS_JSON = "faulty_ranks.json"
 

@@ -20,8 +20,8 @@ from tokenmill.train.errors import DiskFullError
 from tokenmill.train.fingerprints import Anomaly, anomaly_event, grad_shard_norm, rank_places
 from tokenmill.train.gradients import clip, forward_backward
 from tokenmill.train.guard import Verdict
-from tokenmill.train.replay import DATA, FAULTY_RANKS_JSON, TRANSIENT, Decision, HardwareFault, Pass, classify, \
-    exchange, gather_values, partner, reproduces, suspect, swapped_order, write_faulty_ranks
+from tokenmill.train.replay import DATA, FAULTY_RANKS_JSON, RANK_VALUES, TRANSIENT, Decision, HardwareFault, Pass, \
+    classify, exchange, gather_values, partner, reproduces, suspect, swapped_order, write_faulty_ranks
 from tokenmill.train.run import Run
 
 #: What the step does with its values: (loss, grad norm, verdict, metrics keys) of the pass whose gradients are held.
@@ -64,9 +64,10 @@ def replay_step(run: Run, step: int, batch: int, loss_value: float, grad_norm: f
 def _original(run: Run, loss_value: float, grad_norm: float, local: list[float] | None) -> Pass:
     """The step as it ran, with every rank's values (one all_gather)."""
     if local is not None:
-        mine = list(local[:3])
+        mine = list(local[:len(RANK_VALUES)])
     else:  # no fingerprints: the local loss; on one rank the norm is the whole gradient's
-        mine = [run.local_loss, math.nan, math.nan] if run.sharded else [run.local_loss, grad_norm, grad_norm]
+        mine = [run.local_loss, math.nan, math.nan, run.local_share] if run.sharded else \
+            [run.local_loss, grad_norm, grad_norm, run.local_share]
     world = run.d.world_size
     return Pass("original", loss_value, grad_norm, gather_values(mine, world, run.d.device), tuple(range(world)))
 
@@ -160,8 +161,8 @@ def _replay_pass(run: Run, name: str, step: int, order: tuple[int, ...], params:
         tap.measure = False
     else:
         local = math.nan
-    return Pass(name, loss_value, grad_norm, gather_values([run.local_loss, local, shard], d.world_size, d.device),
-                order)
+    values = gather_values([run.local_loss, local, shard, run.local_share], d.world_size, d.device)
+    return Pass(name, loss_value, grad_norm, values, order)
 
 
 def _flags(run: Run, replayed: Pass) -> bool:
@@ -170,7 +171,7 @@ def _flags(run: Run, replayed: Pass) -> bool:
     if run.fingerprints is None:
         return False
     detector = copy.deepcopy(run.fingerprints.detector)
-    return bool(detector.check(np.array([v[:3] for v in replayed.ranks], dtype=np.float64)))
+    return bool(detector.check(np.array(replayed.ranks, dtype=np.float64)))
 
 
 def _where(run: Run) -> tuple[list[str], list[str]]:

@@ -74,6 +74,9 @@ class Run:
     step_batch: int
     local_loss: float
     """The mean loss of this rank's micro-batches in the last pass."""
+    local_share: float
+    """The largest share of one token id in any sample of this rank's micro-batches in the last pass
+    (``fingerprints.top_token_share``)."""
     where: tuple[list[str], list[str]] | None
     """Every rank's host and device, once asked."""
 
@@ -111,6 +114,7 @@ class Run:
         self.step_batch = -1
         self.where = None
         self.local_loss = math.nan
+        self.local_share = math.nan
         self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
                                            eps=cfg.eps)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", keep=cfg.keep_checkpoints, progress=d.progress)

@@ -70,7 +70,7 @@ def _fingerprints(run: Run, step: int, batch: int, params: list[torch.nn.Paramet
     fingerprints = run.fingerprints
     if fingerprints is None:
         return None, []
-    local = fingerprints.local(step, run.local_loss, params, shard)
+    local = fingerprints.local(step, run.local_loss, params, shard, run.local_share)
     rows, anomalies = fingerprints.gather(step, local, rows=run.ranks.enabled)
     run.ranks.write_many(rows)
     if anomalies:
