@@ -199,6 +199,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.long  # a virtual environment with the core dependencies only: about 13 s, `make test-all`
 def test_a_core_only_install_shows_help_and_names_the_extra_to_install(tmp_path):
     """Without the pipeline extra, `tokenmill --help` failed with `ModuleNotFoundError: rich`. Now help works, the
     core's commands (`train`, `train doctor`) run, and a command that needs the extra says which one to install, in

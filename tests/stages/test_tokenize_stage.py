@@ -56,6 +56,7 @@ def sequences(out):
     return index, tok, seen
 
 
+@pytest.mark.long  # every document against the tokenizer's own encode: about 17 s, `make test-all`
 def test_every_sequence_decodes_to_its_document(ray_cluster, corpus, tmp_path):
     config, texts = corpus
     run_into(config, tmp_path / "o")

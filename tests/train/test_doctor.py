@@ -244,6 +244,7 @@ def test_the_replays_verdicts_are_one_fault_each_with_their_flag_and_rollback(ca
     assert found["faults"][2]["events"][1]["evidence"][2]["pass"] == "swapped"
 
 
+@pytest.mark.long  # a two-rank run with two faults injected: about 13 s, `make test-all`
 def test_a_real_two_rank_run_with_a_poisoned_batch_and_a_corrupted_gradient(tmp_path, capsys, monkeypatch):
     """Poison on global batch 6 (rank 0's samples, step 7), rank 1's gradient x1e6 once at step 9: the doctor names
     both steps, both ranks with this host, and the documents of the batches the rollback skipped."""

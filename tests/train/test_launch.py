@@ -143,6 +143,7 @@ def test_a_bad_config_stops_before_any_rank_starts(tokens, tmp_path, capsys):
     assert "--nproc: must be at least 1" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
+@pytest.mark.long  # two ranks started, signalled and waited out: about 12 s, `make test-all`
 def test_sigterm_to_the_launcher_reaches_every_rank(tokens, tmp_path):
     out = tmp_path / "run"
     path = write_config(tmp_path / "train.yaml", config(tokens, out, steps=200, eval_every=0, checkpoint_every=4))

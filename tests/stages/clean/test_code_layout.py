@@ -83,6 +83,7 @@ def stdlib():
     return texts
 
 
+@pytest.mark.long  # every file of this Python's standard library: about 12 s, `make test-all`
 def test_every_stdlib_file_as_code_changes_only_by_the_documented_rules(stdlib):
     """`code: document` (the Pile's Github): byte for byte but line breaks, a BOM, trailing whitespace, end blanks."""
     changed = [name for name, text in stdlib.items()
@@ -216,6 +217,7 @@ def test_gpt2_byte_to_unicode_comment_in_real_code_is_kept(tmp_path):
     assert stage.report(out.stats)["normalize"] == {"whitespace": 1, "code_layout:document": 1, "code_kept:ftfy": 1}
 
 
+@pytest.mark.long  # the standard library's code through three steps: about 12 s, `make test-all`
 def test_stdlib_code_keeps_its_characters_through_escapes_normalization_and_pii(stdlib):
     """Every standard-library file judged code that holds a character the character steps or the escape repair
     could touch (non-ASCII, `&`): the escape step, normalization and PII with their defaults change it only by
