@@ -86,6 +86,7 @@ BENCHMARKS: list[Benchmark] = [
                      "--fingerprints"),
               takes_dir=False),
     Benchmark("scale", "scale.py", full=("--gb", "10"), quick=("--gb", "0.005")),
+    Benchmark("ablate_early", "ablate_early.py", quick=("--clean-docs", "100", "--steps", "20", "--patience", "1")),
 ]
 
 _RATIO_KEY = re.compile(r"ratio|_vs_")

@@ -71,3 +71,51 @@ def write_ablation(root: Path, variants: dict, **overrides) -> Path:
     path = root / "ablate.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+DOMAINS = {
+    # Three clean sources, each its own small grammar (the clean generator's, with its own words), and junk.
+    "farm": (SUBJECTS, VERBS, OBJECTS, ENDINGS),
+    "kitchen": ("the cook|a baker|my uncle|the waiter|our chef|a young girl".split("|"),
+                "stirs|bakes|serves|tastes|cuts|pours".split("|"),
+                "the hot soup|a fresh loaf|the sweet cake|a bowl of rice|the sharp knife".split("|"),
+                "at noon|for the guests|in the oven|on the table|with a smile".split("|")),
+    "harbour": ("the captain|a sailor|the fisherman|an old pilot|the crew".split("|"),
+                "steers|repairs|loads|ties|spots|sails".split("|"),
+                "the big ship|a heavy net|the white sail|a rusty anchor|the small ferry".split("|"),
+                "at dawn|in the storm|across the bay|by the pier|under the moon".split("|")),
+}
+
+
+def domain_text(rng: np.random.Generator, words) -> str:
+    subjects, verbs, objects, endings = words
+    sentences = []
+    for _ in range(int(rng.integers(5, 10))):
+        parts = [subjects[rng.integers(len(subjects))], verbs[rng.integers(len(verbs))],
+                 objects[rng.integers(len(objects))], endings[rng.integers(len(endings))]]
+        sentences.append(" ".join(parts) + ".")
+    return " ".join(sentences).capitalize()
+
+
+def write_mixture_corpus(root: Path, docs_per_source: int = 120, junk_docs: int = 150, seed: int = 0) -> Path:
+    """`<source>/docs.jsonl` for the three clean sources of `DOMAINS` and `junk` (word-shuffled clean text and
+    repeated boilerplate, as `junk_text`), and `base.yaml`: a run config of all four (ingest, tokenize with a
+    trained 320-token BPE, 10% held out)."""
+    rng = np.random.default_rng(seed)
+    sources = []
+    for name, words in DOMAINS.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        with open(root / name / "docs.jsonl", "w") as f:
+            for i in range(docs_per_source):
+                f.write(json.dumps({"id": f"{name}{i}", "text": domain_text(rng, words)}) + "\n")
+        sources.append({"name": name, "format": "jsonl", "paths": [f"{name}/*.jsonl"], "id_field": "id"})
+    (root / "junk").mkdir(parents=True, exist_ok=True)
+    with open(root / "junk" / "docs.jsonl", "w") as f:
+        for i in range(junk_docs):
+            f.write(json.dumps({"id": f"j{i}", "text": junk_text(rng, i)}) + "\n")
+    sources.append(JUNK_SOURCE)
+    base = {"output": "unused-run", "seed": 3, "sources": sources, "ingest": {"docs_per_shard": 200},
+            "stages": {"tokenize": {"tokenizer": {"train": {"vocab_size": 320, "sample_docs": 400}},
+                                    "valid_fraction": 0.1}}}
+    (root / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
+    return root / "base.yaml"

@@ -116,7 +116,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,yaml_rel,file,fmt,docs", CASES, ids=[c[0] for c in CASES])
+# arc_easy in `make test`; piqa and hellaswag (another prompt shape, four endings) in `make test-all`: 8-17 s each.
+@pytest.mark.parametrize("name,yaml_rel,file,fmt,docs",
+                         [pytest.param(*c, marks=() if c[0] == "arc_easy" else pytest.mark.long) for c in CASES],
+                         ids=[c[0] for c in CASES])
 def test_acc_and_acc_norm_equal_the_harness(name, yaml_rel, file, fmt, docs, scorer, tmp_path):
     from lm_eval.evaluator import evaluate
 

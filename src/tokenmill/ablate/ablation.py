@@ -100,14 +100,73 @@ def run_proxies(config: AblateConfig, all_jobs: list[ProxyJob], say: Callable[[s
             say(f"training {j.variant} seed {j.seed}")
             results.append(train_proxy(j))
         return results
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with _pool(config) as pool:
         for j, result in zip(todo, pool.map(train_proxy, todo)):
             say(f"trained {j.variant} seed {j.seed}")
             results.append(result)
     return results
+
+
+def _pool(config: AblateConfig):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def run_proxies_in_rounds(config: AblateConfig, all_jobs: list[ProxyJob], say: Callable[[str], None]
+                          ) -> dict[str, int]:
+    """Every proxy run, in rounds of one evaluation interval, with the early-stopping rule between rounds.
+
+    Why rounds: the rule compares every variant's interval at a point, so no variant may run ahead of a decision
+    it could be stopped by; training all runs to one point, deciding, then the next point is the simplest order
+    that stops a run where the rule says and never later. A round ends at a checkpoint (checkpoint_every is
+    eval_every) and the next resumes from it, exactly (the same weights as one go, `proxy._trainer_class`); the cost
+    is a process start per run per round. Decisions are recomputed from the scores on disk at every round (and on
+    a rerun), so a killed ablation decides the same again; a stopped run's `done.json` says where and why, and is
+    never trained again. Returns {trained_now, found_finished} counted in runs."""
+    from dataclasses import replace
+
+    from tokenmill.ablate import early
+    from tokenmill.ablate.proxy import stop_proxy
+    from tokenmill.ablate.report import early_stop_metric, interval_curves, lower_is_better
+
+    es = config.early_stop
+    points = config.proxy.eval_steps()
+    base = config.base_name
+    found = {j.output for j in all_jobs if is_done(j.output)}
+    say(f"proxy runs: {len(all_jobs)}, {len(found)} finished earlier; early stopping after {es.patience} "
+        f"point(s) behind the best")
+    trained: set[Path] = set()
+    stopped: dict[str, int] = {}
+    pool = _pool(config) if config.workers > 1 else None
+    metric = None
+    try:
+        for i, p in enumerate(points):
+            # The last round trains every running run to its end: no decision follows it (a stop there saves nothing).
+            todo = [replace(j, until=p) for j in all_jobs if j.variant not in stopped and not is_done(j.output)]
+            if todo:
+                say(f"round to step {p}: {len(todo)} run(s)")
+            results = list(pool.map(train_proxy, todo)) if pool is not None and len(todo) > 1 else \
+                [train_proxy(j) for j in todo]
+            trained |= {j.output for j, r in zip(todo, results) if r["trained_now"]}
+            if i == len(points) - 1:
+                break
+            upto = {v: min(i, stopped.get(v, i)) + 1 for v in config.names}
+            metric = metric or early_stop_metric(config)
+            curves = interval_curves(config, metric, upto)
+            for v, k in sorted(early.decide(curves, lower_is_better(metric), es.patience, [base]).items()):
+                if v in stopped:
+                    continue
+                stopped[v] = k
+                say(f"{v}: stopped at step {points[k]} ({metric} behind the best for {es.patience} point(s))")
+                for j in all_jobs:
+                    if j.variant == v:
+                        stop_proxy(j, points[k], {"metric": metric, "patience": es.patience})
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return {"trained_now": len(trained - found), "found_finished": len(found)}
 
 
 def run_ablation(config: AblateConfig, say: Callable[[str], None] = log.info, reporter=None,
@@ -125,7 +184,18 @@ def run_ablation(config: AblateConfig, say: Callable[[str], None] = log.info, re
     plan = {"variants": {n: {k: v for k, v in p.items() if k != "runner"} for n, p in pipelines.items()},
             "heldout": {"documents": {s: len(d) for s, d in docs.items()}, "removed_as_trained": removed}}
     _dump(out / PLAN_FILE, plan)
-    results = run_proxies(config, jobs(config, docs), say)
+    counts = {"trained_now": 0, "found_finished": 0}
+    if config.variants:
+        if config.early_stop is not None and config.early_stop.apply:
+            counts = run_proxies_in_rounds(config, jobs(config, docs), say)
+        else:
+            results = run_proxies(config, jobs(config, docs), say)
+            counts = {"trained_now": sum(r["trained_now"] for r in results),
+                      "found_finished": sum(not r["trained_now"] for r in results)}
+    if config.mixture is not None:
+        from tokenmill.ablate.mixture import run_mixture
+
+        more = run_mixture(config, docs, say)
+        counts = {k: counts[k] + more[k] for k in counts}
     report_path = write_report(out)
-    return {"report": str(report_path), "trained_now": sum(r["trained_now"] for r in results),
-            "found_finished": sum(not r["trained_now"] for r in results)}
+    return {"report": str(report_path), **counts}

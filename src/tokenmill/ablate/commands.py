@@ -25,15 +25,19 @@ def comparison_table(report: dict[str, Any]) -> Table:
         table.add_column(col, justify="left" if col in ("variant", "metric", "verdict") else "right")
     base = report["variants"][report["base"]]["metrics"]
     for name, metrics in report["comparisons"].items():
+        stopped = report["variants"][name].get("stopped_at")
         for metric, c in metrics.items():
             last = c["points"][-1]
             held = c["held_from"]
             style = {"better": "green", "worse": "red"}.get(c["verdict"], "")
-            table.add_row(escape(name), escape(metric), _num(base[metric][-1]["mean"]),
+            verdict = f"[{style}]{c['verdict']}[/]" if style else c["verdict"]
+            if stopped:  # a variant stopped early is compared at its last point, with the base at the same step
+                verdict += f" (stopped at step {stopped['step']})"
+            base_mean = next(b["mean"] for b in base[metric] if b["step"] == last["step"])
+            table.add_row(escape(name), escape(metric), _num(base_mean),
                           _num(report["variants"][name]["metrics"][metric][-1]["mean"]),
                           f"{_num(last['difference'], '+.4f')} [{_num(last['low'], '+.4f')}, {_num(last['high'], '+.4f')}]",
-                          f"[{style}]{c['verdict']}[/]" if style else c["verdict"],
-                          f"step {held['step']} ({held['fraction_of_budget']:.0%})")
+                          verdict, f"step {held['step']} ({held['fraction_of_budget']:.0%})")
     return table
 
 
@@ -50,10 +54,70 @@ def sharing_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def early_stop_table(report: dict[str, Any]) -> Table:
+    """Per variant: where the rule stopped it (or would have), the compute that saved, its final verdict against
+    the best; then the rule checked afterwards on the runs trained to the end, per patience."""
+    es = report["early_stop"]
+    how = "stopped" if es["apply"] else "would stop (apply: false)"
+    table = Table(title=f"early stopping on {es['metric']}: {how} after {es['patience']} point(s) behind the best "
+                        f"(best at the end: {es['best_at_end']})", title_justify="left")
+    for col in ("variant", "stopped at", "saved tokens", "saved FLOPs", "final verdict against the best"):
+        table.add_column(col, justify="left" if col in ("variant", "final verdict against the best") else "right")
+    for name, v in es["variants"].items():
+        at = f"step {v['step']} ({v['fraction_of_budget']:.0%})" if "step" in v else "-"
+        saved = v.get("saved")
+        table.add_row(escape(name), at, f"{saved['tokens']:,.0f}" if saved else "-",
+                      f"{saved['train_flops']:.3g}" if saved else "-",
+                      v["final_verdict_against_best"] or "(stopped)")
+    return table
+
+
+def early_check_table(report: dict[str, Any]) -> Table:
+    table = Table(title="the rule checked on the runs trained to the end: stops that the final verdict contradicts",
+                  title_justify="left")
+    for col in ("patience", "variants checked", "would stop", "wrong", "wrong fraction"):
+        table.add_column(col, justify="right")
+    for row in report["early_stop"]["check"]:
+        fraction = "n/a" if row["wrong_fraction"] is None else f"{row['wrong_fraction']:.2f}"
+        table.add_row(str(row["patience"]), str(row["runs_checked"]), str(row["would_stop"]), str(row["wrong"]),
+                      fraction)
+    return table
+
+
+def mixture_table(report: dict[str, Any]) -> Table:
+    """Per source: natural and predicted weights; the check's target loss per arm and the difference."""
+    m = report["mixture"]
+    check = m["check"]
+    d = check["difference"]
+    table = Table(title=f"mixture search: {len(m['runs'])} mixtures, LightGBM (cross-validated rank correlation "
+                        f"{_num(m['fit']['cv_rank_correlation'], '.2f')}); written to {m['train_config']}",
+                  title_justify="left")
+    for col in ("source", "natural", "predicted", "natural: held-out bpb", "predicted: held-out bpb"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    arms = check["arms"]
+    for source in m["sources"]:
+        table.add_row(escape(source), f"{m['natural'][source]:.3f}", f"{m['predicted'][source]:.3f}",
+                      _num(arms["natural"]["per_source_bpb"].get(source)),
+                      _num(arms["predicted"]["per_source_bpb"].get(source)))
+    nat, pre = arms["natural"]["loss"], arms["predicted"]["loss"]
+    table.add_row(f"target ({escape(', '.join(m['target']))})", "", "",
+                  f"{_num(nat['mean'])} [{_num(nat['low'])}, {_num(nat['high'])}]",
+                  f"{_num(pre['mean'])} [{_num(pre['low'])}, {_num(pre['high'])}]")
+    table.caption = (f"predicted - natural: {_num(d['predicted_minus_natural'], '+.4f')} [{_num(d['low'], '+.4f')}, "
+                     f"{_num(d['high'], '+.4f')}] bits per byte over {len(check['seeds'])} seed(s): {d['verdict']}")
+    return table
+
+
 def print_report(report: dict[str, Any]) -> None:
     console = Console(width=max(Console().width, 120))
-    console.print(sharing_table(report))
-    console.print(comparison_table(report))
+    if "variants" in report:
+        console.print(sharing_table(report))
+        console.print(comparison_table(report))
+    if "early_stop" in report:
+        console.print(early_stop_table(report))
+        console.print(early_check_table(report))
+    if "mixture" in report:
+        console.print(mixture_table(report))
 
 
 def ablate(args: argparse.Namespace) -> int:
@@ -70,8 +134,10 @@ def ablate(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         if found:
             return 2
+        more = "" if config.mixture is None else f", a mixture search of {config.mixture.runs} runs"
+        more += "" if config.early_stop is None else f", early stopping (patience {config.early_stop.patience})"
         print(f"{words[1]}: {len(config.names)} variants, {len(config.seeds)} seeds, {config.proxy.steps} steps "
-              f"each: valid")
+              f"each{more}: valid")
         return 0
     if len(words) == 2 and words[0] == "report":
         import json

@@ -113,6 +113,70 @@ class EvaluationsConfig(StrictModel):
         return value
 
 
+class EarlyStopConfig(StrictModel):
+    """Stop a losing variant early: once its interval has stayed worse than the best variant's for `patience`
+    consecutive evaluation points, its proxy runs (every seed) train no further (`tokenmill.ablate.early`)."""
+
+    patience: int = Field(default=2, ge=1)
+    """Consecutive evaluation points a variant's interval must lie wholly on the worse side of the best variant's
+    interval (no overlap) before it is stopped."""
+    metric: str | None = None
+    """The report's metric the rule reads (`heldout/<source>/bpb`, `heldout/all/bpb`, `<task>/<acc|acc_norm|
+    p_correct>`); None: held-out bits per byte pooled over every source (`heldout/all/bpb`, or the one source's)."""
+    apply: bool = True
+    """Stop the runs. False: every run trains to the end and the report says where the rule would have stopped
+    each variant, what that would have saved, and whether it would have been wrong (measuring the rule first)."""
+
+
+class MixtureConfig(StrictModel):
+    """Mixture search (RegMix): random mixtures of the base's sources, one small proxy each, a LightGBM regression
+    from weights to the target loss, the predicted best mixture, and a check of it against natural proportions
+    (`tokenmill.ablate.mixture`)."""
+
+    sources: list[str] | None = None
+    """The base's sources mixed (loader `weights` by source name); None: every source of the base run config."""
+    runs: int = Field(default=32, ge=4)
+    """Random mixtures, one proxy run each (RegMix: 512 at 1M parameters)."""
+    strength: tuple[float, float] = (0.1, 5.0)
+    """Dirichlet concentration around the natural proportions: each mixture draws from Dirichlet(natural x s), `s`
+    one of 15 values log-spaced over this range (RegMix's `MIN_STRENGH`, `MAX_STRENGH`): small s gives mixtures
+    near a corner (one source dominant), large s mixtures near the natural proportions."""
+    min_weight: float = Field(default=1e-3, ge=0, lt=0.5)
+    """Weights below this in a drawn mixture are set to 0 and the rest renormalised (RegMix's `MINIMUM`)."""
+    tokens: int | None = Field(default=None, gt=0)
+    """Training tokens of each mixture's proxy; None: `proxy.tokens`. The check runs use `proxy.tokens`."""
+    model: str | dict[str, Any] | None = None
+    """The mixture runs' model (a `tokenmill train` model, as `proxy.model`); None: `proxy.model`. RegMix searches
+    with models far smaller than the one it checks with; the check runs use `proxy.model`."""
+    seed: int = 0
+    """Seeds the mixtures drawn and the candidates searched; the mixtures' proxies train with the first of `seeds`."""
+    target: list[str] | None = None
+    """Held-out sources whose pooled bits per byte is minimised; None: every held-out source. Leave out a source
+    you do not want the model to be good at (a junk source's own held-out text)."""
+    candidates: int = Field(default=100_000, ge=100)
+    """Random mixtures scored by the regression in the search (RegMix: 100,000)."""
+    top_k: int = Field(default=128, ge=1)
+    """The predicted best mixture is the mean of the `top_k` candidates of lowest predicted loss (RegMix: 128)."""
+    check_seeds: list[int] | None = None
+    """Seeds of the check (the predicted mixture and natural proportions, each trained with `proxy`); None: `seeds`."""
+    lightgbm: dict[str, Any] = {}
+    """LightGBM parameters over the defaults (`tokenmill.ablate.mixture.LGBM_PARAMS`: RegMix's, with leaves of 2
+    samples for a few dozen runs)."""
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "MixtureConfig":
+        low, high = self.strength
+        if not 0 < low <= high:
+            raise ValueError(f"strength: {list(self.strength)} is not 0 < low <= high")
+        if self.top_k > self.candidates:
+            raise ValueError(f"top_k {self.top_k} is more than candidates {self.candidates}; lower top_k")
+        if self.sources is not None and len(set(self.sources)) != len(self.sources):
+            raise ValueError("sources: a source is named twice")
+        if self.sources is not None and len(self.sources) < 2:
+            raise ValueError("sources: a mixture needs at least 2 sources")
+        return self
+
+
 class AblateConfig(StrictModel):
     """`tokenmill ablate CONFIG`: which recipe makes the better model, measured with proxy models and intervals."""
 
@@ -122,10 +186,11 @@ class AblateConfig(StrictModel):
     """The ablation folder (variants' run folders, proxy runs, evaluations, report), relative to this file."""
     base_name: str = "base"
     """The base's name among the variants."""
-    variants: dict[str, dict[str, Any]] = Field(min_length=1)
+    variants: dict[str, dict[str, Any]] = {}
     """Name -> overlay on the base run config, deep-merged: a mapping merges key by key, any other value replaces,
     `null` deletes the key, and `key+: [...]` appends to the base's list (`sources+: [{name: junk, ...}]`). Paths in
-    an overlay are relative to the base config's folder, as the base's own."""
+    an overlay are relative to the base config's folder, as the base's own. At least one, unless `mixture` is
+    given (then none trains the base's proxies: the mixture search alone)."""
     proxy: ProxyConfig = ProxyConfig()
     """The proxy training template."""
     seeds: list[int] = Field(default=[0, 1, 2], min_length=3)
@@ -134,6 +199,10 @@ class AblateConfig(StrictModel):
     """The evaluations."""
     workers: int = Field(default=1, ge=1)
     """Proxy runs trained at once (processes)."""
+    early_stop: EarlyStopConfig | None = None
+    """Stop a losing variant early (off by default)."""
+    mixture: MixtureConfig | None = None
+    """Search a mixture of the base's sources (off by default)."""
     bootstrap: int = Field(default=2000, ge=100)
     """Bootstrap resamples for the pairwise intervals."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
@@ -152,6 +221,10 @@ class AblateConfig(StrictModel):
     def _names(self) -> "AblateConfig":
         if self.base_name in self.variants:
             raise ValueError(f"variants: {self.base_name!r} is the base's name (base_name); rename the variant")
+        if not self.variants and self.mixture is None:
+            raise ValueError("variants: none given; give at least one variant, or a mixture block")
+        if self.early_stop is not None and not self.variants:
+            raise ValueError("early_stop: there are no variants to stop; remove early_stop or add variants")
         for name in self.names:  # each a folder name under the ablation folder: no separator, no `..`
             if not name or "/" in name or "\\" in name or name.startswith((".", "_")):
                 raise ValueError(f"variants: {name!r} is not a usable folder name")
@@ -242,10 +315,13 @@ def variants(config: AblateConfig) -> list[Variant]:
     return out
 
 
-def proxy_train_mapping(config: AblateConfig, data: str, output: str, seed: int) -> dict[str, Any]:
-    """The `tokenmill train` mapping of one proxy run."""
+def proxy_train_mapping(config: AblateConfig, data: str, output: str, seed: int, steps: int | None = None
+                        ) -> dict[str, Any]:
+    """The `tokenmill train` mapping of one proxy run (`steps`: another budget than the proxy's, for the mixture
+    search's small runs)."""
     p = config.proxy
+    steps = p.steps if steps is None else steps
     return {**p.train, "data": data, "output": output, "seed": seed, "model": p.model, "seq_len": p.seq_len,
-            "global_batch_size": p.global_batch_size, "steps": p.steps, "lr": p.lr,
-            "warmup_steps": min(p.warmup_steps, max(p.steps - 1, 0)), "eval_every": p.eval_every,
+            "global_batch_size": p.global_batch_size, "steps": steps, "lr": p.lr,
+            "warmup_steps": min(p.warmup_steps, max(steps - 1, 0)), "eval_every": p.eval_every,
             "checkpoint_every": p.eval_every, "keep_checkpoints": 1, "log_every": 10 ** 9}
