@@ -109,9 +109,11 @@ def test_a_moderate_outlier_is_the_data_once_and_the_rank_when_it_recurs(world):
     assert flagged(list(range(40, 120)), 8.0)[:2] == [42, 43]  # a rank that stays wrong, from its third step on
 
 
-def test_severe_below_threshold_is_refused():
+def test_severe_below_threshold_and_a_share_bound_below_one_half_are_refused():
     with pytest.raises(ValueError, match="severe"):
         FingerprintConfig(threshold=6.0, severe=5.0)
+    with pytest.raises(ValueError, match="max_token_share"):
+        FingerprintConfig(max_token_share=0.4)
 
 
 @pytest.mark.long  # 4 MB of text through GPT-2's BPE: about 15 s, `make test-all`
@@ -157,10 +159,16 @@ def test_a_degenerate_sample_says_what_it_is():
 
 
 def test_the_token_share_is_the_largest_of_any_sample():
+    """Exact above one half, whatever the ids' order and values; a lower bound below."""
     ids = torch.arange(4 * 16).reshape(4, 16)
     assert top_token_share(ids) == 1 / 16
     ids[2, 3:15] = 7
     assert top_token_share(ids) == 12 / 16 and np.isnan(top_token_share(torch.zeros(0, 16, dtype=torch.long)))
+    ids[2] = ids[2][torch.randperm(16, generator=torch.Generator().manual_seed(0))]
+    ids[2, ids[2] == 7] = 60000  # the filling id above every other
+    assert top_token_share(ids) == 12 / 16
+    few = torch.tensor([[5, 5, 5, 1, 2, 3, 4, 6]])  # 3/8 of one id: below one half, at most that
+    assert top_token_share(few) <= 3 / 8
     ids[1] = 255
     assert top_token_share(ids) == 1.0
     d = Detector(FingerprintConfig(), 3)

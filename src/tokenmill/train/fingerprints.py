@@ -87,11 +87,11 @@ class FingerprintConfig(StrictModel):
     does not (1: every such value is flagged at once, the rule before)."""
     window: int = Field(default=16, ge=1)
     """Steps (checks) over which ``recurrences`` are counted."""
-    max_token_share: float = Field(default=0.99, gt=0, le=1)
+    max_token_share: float = Field(default=0.99, ge=0.5, le=1)
     """A rank whose samples hold one with more than this share of one token id is flagged at once (rule
     ``degenerate``): a block of zeros or 0xFF bytes read as tokens, or a document that is one token repeated. Real
     text comes close: a PHP file's indentation is 0.80 of a 128-token sample in GPT-2's BPE (0.46 at 2,048), in the
-    shared data's Pile, Reddit and Common Crawl texts."""
+    shared data's Pile, Reddit and Common Crawl texts. At least 0.5: the share is measured exactly above one half."""
     history: int = Field(default=16, ge=3)
     """Recent unflagged values kept per rank and metric. A shard's norm relative to the ranks' median is judged
     against its rank's last ``history`` ratios (from the fourth step on). With two ranks there is no spread of the
@@ -304,12 +304,15 @@ class Detector:
 
 
 def top_token_share(input_ids: torch.Tensor) -> float:
-    """The largest share of one token id in any sample (row) of ``input_ids`` (batch, seq); NaN for no sample."""
+    """The largest share of one token id in any sample (row) of ``input_ids`` (batch, seq), exact wherever it is above
+    one half (an id that fills more than half a sample is its median); below, the share of each sample's median id,
+    a lower bound. NaN for no sample. The median, not the mode: 0.36 ms against 2.3 ms for 8 samples of 2,048 tokens
+    on this machine's CPU, in every step's loop."""
     if input_ids.numel() == 0:
         return math.nan
     rows = input_ids.reshape(input_ids.shape[0], -1)
-    mode = torch.mode(rows, dim=1).values
-    return float((rows == mode[:, None]).sum(dim=1).max()) / rows.shape[1]
+    median = rows.median(dim=1).values
+    return float((rows == median[:, None]).sum(dim=1).max()) / rows.shape[1]
 
 
 _CHUNK = 2**20  # words per float64 partial sum: |sum| < 2**31 * 2**20 = 2**51, an exact integer in a float64
