@@ -24,16 +24,20 @@ SHARED_SCOPES = {
 is built once, not once in every process."""
 
 SECONDS = {
-    "tests/inspect/": 60, "tests/faults/": 50, "tests/train/test_launch.py": 60, "tests/objectstore/test_sources_s3.py": 55,
-    "tests/train/test_trainer.py": 45, "tests/train/test_fingerprints.py": 40, "tests/test_cli.py": 40,
-    "tests/objectstore/test_loader_streaming.py": 40, "tests/stages/test_tokenize_stage.py": 40,
-    "tests/train/test_replay.py": 30, "tests/train/test_disk_full.py": 30, "the demo": 50,
-    "tests/objectstore/test_loader_faults.py": 30, "tests/test_interrupts.py": 30, "tests/train/test_watchdog.py": 25,
-    "tests/conformance/test_real_data.py": 25, "tests/tokenize/test_fast_engine.py": 25,
-    "tests/objectstore/test_loader_cache_trust.py": 25,
+    "tests/faults/": 84, "tests/inspect/": 75, "the demo": 61, "tests/hostile/test_hostile.py": 52,
+    "tests/stages/clean/test_classifier_top_fraction.py": 45, "tests/stages/test_tokenize_stage.py": 43,
+    "tests/tokenize/test_fast_engine.py": 37, "tests/train/test_trainer.py": 36, "tests/pipeline/test_run_folder.py": 35,
+    "tests/cluster/test_storage_uri.py": 30, "tests/objectstore/test_loader_cache_trust.py": 28, "tests/test_cli.py": 28,
+    "tests/train/test_disk_full.py": 27, "tests/objectstore/test_sources_s3.py": 27, "tests/pipeline/test_runner.py": 27,
+    "tests/pipeline/test_runs_gc.py": 25, "tests/manifests/test_show.py": 24, "tests/text/test_quality.py": 23,
+    "tests/manifests/test_diff.py": 22, "tests/demo/test_demo_corpus.py": 21,
+    "tests/objectstore/test_loader_streaming.py": 21, "tests/loader/test_loader.py": 19,
+    # `make test-all`'s long tests (-m long): the longest of them
+    "tests/conformance/test_real_data.py": 75,
 }
-"""Rough seconds per file on two busy cores (from `--durations=0`), for the files that take longest: they start first,
-so that no long file starts last while the other process has nothing left. Any other file counts 0.05 s per test."""
+"""Rough seconds per file on two busy cores (from `--durations=0` of `make test`, 3 processes), for the files that take
+longest: they start first, so that no long file starts last while the others have nothing left. Any other file
+counts 0.05 s per test."""
 
 
 @pytest.hookimpl(optionalhook=True)
