@@ -203,12 +203,12 @@ def test_rounds_after_a_kill_between_two_seeds_markers_decide_the_same(tmp_path,
 
 
 def test_measure_only_trains_every_run_to_the_end_and_reports_where_the_rule_would_stop(tmp_path, monkeypatch):
-    from tokenmill.ablate import ablation
+    from tokenmill.ablate import proxy
     from tokenmill.ablate.report import build_report
 
-    monkeypatch.setattr(ablation, "train_proxy", _fake_train)
+    monkeypatch.setattr(proxy, "train_proxy", _fake_train)
     config = _config(tmp_path, ("junk", "same", "late"), apply=False)
-    ablation.run_proxies(config, _jobs(config), lambda s: None)
+    proxy.run_proxies(config, _jobs(config), lambda s: None)
     es = build_report(config.output_dir)["early_stop"]
     assert "step" not in es["variants"]["late"]  # behind at the last point only: a stop there saves nothing
     assert es["apply"] is False

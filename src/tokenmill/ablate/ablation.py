@@ -11,7 +11,7 @@ from typing import Any, Callable
 from tokenmill.ablate import share
 from tokenmill.ablate.config import AblateConfig, proxy_train_mapping, variants
 from tokenmill.ablate.layout import CONFIG_FILE, HELDOUT_FILE, PLAN_FILE, proxy_dir
-from tokenmill.ablate.proxy import ProxyJob, is_done, train_proxy
+from tokenmill.ablate.proxy import ProxyJob, is_done, pool_of, run_proxies, train_proxy
 from tokenmill.ablate.validate import check
 from tokenmill.train.atomic import write_atomic
 
@@ -90,30 +90,6 @@ def jobs(config: AblateConfig, docs: dict[str, list[tuple[str, str]]]) -> list[P
     return out
 
 
-def run_proxies(config: AblateConfig, all_jobs: list[ProxyJob], say: Callable[[str], None]) -> list[dict]:
-    """Train every proxy run not yet finished, up to `workers` at once (processes); finished ones are skipped."""
-    todo = [j for j in all_jobs if not is_done(j.output)]
-    say(f"proxy runs: {len(all_jobs)}, {len(all_jobs) - len(todo)} finished earlier")
-    results = [train_proxy(j) for j in all_jobs if is_done(j.output)]
-    if config.workers == 1 or len(todo) < 2:
-        for j in todo:
-            say(f"training {j.variant} seed {j.seed}")
-            results.append(train_proxy(j))
-        return results
-    with _pool(config) as pool:
-        for j, result in zip(todo, pool.map(train_proxy, todo)):
-            say(f"trained {j.variant} seed {j.seed}")
-            results.append(result)
-    return results
-
-
-def _pool(config: AblateConfig):
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn"))
-
-
 def run_proxies_in_rounds(config: AblateConfig, all_jobs: list[ProxyJob], say: Callable[[str], None]
                           ) -> dict[str, int]:
     """Every proxy run, in rounds of one evaluation interval, with the early-stopping rule between rounds.
@@ -139,7 +115,7 @@ def run_proxies_in_rounds(config: AblateConfig, all_jobs: list[ProxyJob], say: C
         f"point(s) behind the best")
     trained: set[Path] = set()
     stopped: dict[str, int] = {}
-    pool = _pool(config) if config.workers > 1 else None
+    pool = pool_of(config) if config.workers > 1 else None
     metric = None
     try:
         for i, p in enumerate(points):

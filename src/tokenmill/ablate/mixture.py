@@ -219,8 +219,7 @@ def run_mixture(config: AblateConfig, docs: dict[str, list[tuple[str, str]]], sa
     """The mixture search, resumable (every run an ordinary proxy run, never trained again once done): the mixtures'
     runs, the fit and search, the predicted mixture's train config, the check runs. Returns {trained_now,
     found_finished}."""
-    from tokenmill.ablate.ablation import run_proxies
-    from tokenmill.ablate.proxy import eval_path
+    from tokenmill.ablate.proxy import eval_path, run_proxies
 
     m = config.mixture
     p = plan(config)

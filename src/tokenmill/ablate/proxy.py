@@ -7,8 +7,9 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from tokenmill.ablate.config import AblateConfig
 from tokenmill.ablate.tasks import Item
 from tokenmill.train.atomic import write_atomic
 
@@ -187,3 +188,28 @@ def stop_proxy(job: ProxyJob, step: int, why: dict[str, Any]) -> dict[str, Any]:
             "stopped": {"step": step, "of_steps": int(job.train["steps"]), **why}}
     write_atomic(out / DONE, json.dumps(done, sort_keys=True) + "\n")
     return done
+
+
+def run_proxies(config: AblateConfig, all_jobs: list[ProxyJob], say: Callable[[str], None]) -> list[dict]:
+    """Train every proxy run not yet finished, up to `workers` at once (processes); finished ones are skipped."""
+    todo = [j for j in all_jobs if not is_done(j.output)]
+    say(f"proxy runs: {len(all_jobs)}, {len(all_jobs) - len(todo)} finished earlier")
+    results = [train_proxy(j) for j in all_jobs if is_done(j.output)]
+    if config.workers == 1 or len(todo) < 2:
+        for j in todo:
+            say(f"training {j.variant} seed {j.seed}")
+            results.append(train_proxy(j))
+        return results
+    with pool_of(config) as pool:
+        for j, result in zip(todo, pool.map(train_proxy, todo)):
+            say(f"trained {j.variant} seed {j.seed}")
+            results.append(result)
+    return results
+
+
+def pool_of(config: AblateConfig):
+    """Processes for `workers` proxy runs at once (spawned: a forked trainer would inherit the parent's threads)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn"))
