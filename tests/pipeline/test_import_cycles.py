@@ -159,7 +159,7 @@ LAYERS = [
     ["pipeline"],
     ["readers", "loader"],
     ["sources"],
-    ["text", "dedup", "fasttext", "sampling"],
+    ["text", "dedup", "subdoc", "fasttext", "sampling"],
     ["tokenize", "documents", "config_base", "json_diff", "digest", "markers", "discovery", "errors", "tokenmill"],
 ]
 """The packages from commands down to formats, as docs/architecture.md draws them: an import goes down, or stays in

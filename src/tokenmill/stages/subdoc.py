@@ -1,0 +1,266 @@
+"""The sub-document dedup stage: lines or paragraphs repeated across many documents (navigation, cookie banners,
+license headers, forum signatures) removed from all but the first document holding them (docs/subdoc.md).
+
+Three phases, none holding more than one shard or one partition of the span hashes:
+(a) `spans`, per shard: each document's distinct span hashes (`tokenmill.subdoc.doc_spans`) as (hash, document
+    reference) rows, written as one file per shard with a row group per hash partition (`hash % partitions`).
+(b) `count`, per partition: the partition's row group of every shard's file; per hash, the distinct documents
+    holding it and the first (smallest reference); for each hash held by more than `max_docs` documents, every
+    (document, hash) but the first's, written as one file per partition with a row group per shard that holds
+    them: each apply task reads only its own removals.
+(c) `apply`, per shard: the listed spans removed from their documents' text; a document left with less than
+    `min_doc_chars` characters (stripped) dropped as `subdoc_too_short`, its text in `dropped/` as it came; the
+    removed spans written beside the shard (`removed/<shard>.parquet`: id, source, hash, span) for inspection.
+
+Document references are (shard index << 32 | row), the shard index counting the input shards sorted by (source,
+shard name): the first document of a span, and so every output byte, is the same whatever the worker count.
+Code documents (`escapes.content_kind`, the detector clean's escape checks and code handling use) give no spans
+with `code: keep` (the default), so none of their lines is ever removed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import replace
+from typing import Any, Literal, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from tokenmill.config_base import StageConfig
+from tokenmill.documents import parquet_bytes
+from tokenmill.pipeline import storage
+from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
+from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
+from tokenmill.pipeline.stats import text_bytes
+from tokenmill.subdoc import count_spans, doc_spans, remove_spans
+from tokenmill.text.escapes import content_kind
+
+log = logging.getLogger(__name__)
+
+TOO_SHORT = "subdoc_too_short"
+TOP = 20
+"""Spans named in the report (the most widely held removed spans, with examples of their text)."""
+
+
+class SubdocConfig(StageConfig):
+    """Spans repeated across more than `max_docs` documents, removed from all but the first."""
+
+    unit: Literal["lines", "paragraphs"] = "lines"
+    """What a span is: a line (split on newlines: Dolma's "paragraphs", FineWeb's lines) or a paragraph (split
+    on blank lines)."""
+    min_chars: int = Field(default=20, ge=1)
+    """Spans shorter than this many characters (normalised: stripped, whitespace runs one space) are ignored:
+    never counted, never removed. Characters, not words: a Chinese line counts as any other."""
+    max_docs: int = Field(default=3, ge=1)
+    """A span held by more than this many distinct documents is removed from all of them but the first
+    (1: every second occurrence goes, as Dolma's paragraph dedup)."""
+    min_doc_chars: int = Field(default=50, ge=0)
+    """A document that lost spans and is left with fewer characters than this (stripped) is dropped as
+    `subdoc_too_short`; a document that lost nothing is never dropped here."""
+    code: Literal["keep", "dedup"] = "keep"
+    """Code documents (by content, `escapes.content_kind`): `keep` every line; `dedup` as any other document."""
+    partitions: int = Field(default=16, ge=1, le=4096)
+    """Hash partitions: one count task each; more partitions, less memory per task."""
+
+
+def _stable_order(shards: list[dict[str, Any]]) -> list[int]:
+    """Indices of the input shards sorted by (source, shard name): the order that decides a span's first document."""
+    return sorted(range(len(shards)), key=lambda i: (shards[i]["source"], shard_name(shards[i]["path"])))
+
+
+def _grouped_bytes(table: pa.Table, group: np.ndarray) -> tuple[bytes, list[int]]:
+    """`table` as Parquet with one row group per distinct `group` value (ascending), and those values in order."""
+    order = np.argsort(group, kind="stable")
+    table, group = table.take(pa.array(order)), group[order]
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if group.size else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], group.size].astype(np.int64)
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, table.schema, compression="zstd") as writer:
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            writer.write_table(table.slice(a, b - a), row_group_size=max(b - a, 1))
+    return sink.getvalue().to_pybytes(), [int(group[a]) for a in starts.tolist()]
+
+
+def _read_groups(ctx: TaskContext, refs: list[list[Any]], folder: str, columns: list[str]) -> pa.Table | None:
+    """The row groups `refs` ([file key, row group index], ...) of the files in `folder`, concatenated."""
+    parts = []
+    for key, index in refs:
+        with ctx.fs.open_input_file(storage.join(ctx.stage_dir, f"{folder}/{key}.parquet")) as f:
+            parts.append(pq.ParquetFile(f).read_row_group(int(index), columns=columns))
+    return pa.concat_tables(parts) if parts else None
+
+
+def _where(results: Mapping[str, Any]) -> dict[str, list[list[Any]]]:
+    """Which (file key, row group) hold each group, from the tasks' `groups` lists (task keys sorted)."""
+    found: dict[str, list[list[Any]]] = {}
+    for key in sorted(results):
+        for index, group in enumerate(results[key]["groups"]):
+            found.setdefault(str(group), []).append([key, index])
+    return found
+
+
+def _sum(results: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, int]:
+    return {n: int(sum(results[k].get(n, 0) for k in results)) for n in names}
+
+
+class Spans(Phase):
+    """Per shard: (hash, doc) of every distinct span of every document, a row group per hash partition."""
+
+    name = "spans"
+
+    def plan(self, stage: "SubdocStage", ctx: PlanContext) -> list[Task]:
+        order = _stable_order(ctx.input_shards)
+        return [Task(key=shard_name(ctx.input_shards[i]["path"]), inputs=(ctx.input_shards[i]["path"],),
+                     params={"index": rank}) for rank, i in enumerate(order)]
+
+    def run(self, stage: "SubdocStage", task: Task, ctx: TaskContext) -> Any:
+        path = storage.join(ctx.input_dir, task.inputs[0])
+        texts = pq.read_table(path, columns=["text"], filesystem=ctx.fs).column("text").to_pylist()
+        skip = [content_kind(t) == "code" for t in texts] if stage.config.code == "keep" else None
+        found = doc_spans(texts, stage.config.unit, stage.config.min_chars, skip)
+        docs = (np.uint64(task.params["index"]) << np.uint64(32)) | found.row.astype(np.uint64)
+        table = pa.table({"hash": pa.array(found.hash, pa.uint64()), "doc": pa.array(docs, pa.uint64())})
+        data, groups = _grouped_bytes(table, (found.hash % np.uint64(stage.config.partitions)).astype(np.int64))
+        ctx.write(f"_work/spans/{task.key}.parquet", data)
+        return {"docs": len(texts), "span_rows": int(found.hash.size), "code_docs": int(sum(skip or [])),
+                "groups": groups}
+
+    def reduce(self, stage: "SubdocStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        return {"partitions": _where(results), **_sum(results, ("docs", "span_rows", "code_docs"))}
+
+
+class Count(Phase):
+    """Per hash partition: documents per span hash, the first of them; the removals routed to their shard."""
+
+    name = "count"
+
+    def plan(self, stage: "SubdocStage", ctx: PlanContext) -> list[Task]:
+        where = ctx.shared["spans"]["partitions"]
+        return [Task(key=f"p{p:04d}", params={"refs": where.get(str(p), [])}) for p in range(stage.config.partitions)]
+
+    def run(self, stage: "SubdocStage", task: Task, ctx: TaskContext) -> Any:
+        rows = _read_groups(ctx, task.params["refs"], "_work/spans", ["hash", "doc"])
+        hashes = rows.column("hash").to_numpy() if rows is not None else np.zeros(0, np.uint64)
+        docs = rows.column("doc").to_numpy() if rows is not None else np.zeros(0, np.uint64)
+        counted = count_spans(hashes, docs)
+        repeated = counted.repeated(stage.config.max_docs)
+        # Every (doc, hash) row of a repeated hash but its first document's.
+        hit = np.zeros(hashes.size, bool)
+        if repeated.hash.size:
+            pos = np.minimum(np.searchsorted(repeated.hash, hashes), repeated.hash.size - 1)
+            hit = (repeated.hash[pos] == hashes) & (docs != repeated.first[pos])
+        out = pa.table({"doc": pa.array(docs[hit], pa.uint64()), "hash": pa.array(hashes[hit], pa.uint64())})
+        out = out.take(pc.sort_indices(out, sort_keys=[("doc", "ascending"), ("hash", "ascending")]))
+        shard = (out.column("doc").to_numpy() >> np.uint64(32)).astype(np.int64)
+        data, groups = _grouped_bytes(out, shard)
+        ctx.write(f"_work/remove/{task.key}.parquet", data)
+        # The top spans, each with the shard of its second document (the first it is removed from): that shard's
+        # apply task alone gives its text to the report, so the manifest holds one example per top span.
+        top = []
+        for i in np.argsort(-repeated.count, kind="stable")[:TOP].tolist():
+            second = int(docs[hit & (hashes == repeated.hash[i])].min())
+            top.append([f"{int(repeated.hash[i]):016x}", int(repeated.count[i]), second >> 32])
+        return {"distinct_spans": int(counted.hash.size), "repeated_spans": int(repeated.hash.size),
+                "removals": int(out.num_rows), "groups": groups, "top": top}
+
+    def reduce(self, stage: "SubdocStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        top = sorted((t for k in sorted(results) for t in results[k]["top"]), key=lambda t: (-t[1], t[0]))[:TOP]
+        return {"shards": _where(results), "top": top,
+                **_sum(results, ("distinct_spans", "repeated_spans", "removals"))}
+
+
+class Apply(ShardMap):
+    """Per shard: the spans the count tasks listed for its documents removed; too-short documents dropped."""
+
+    name = "apply"
+
+    def plan(self, stage: "SubdocStage", ctx: PlanContext) -> list[Task]:
+        rank = {i: r for r, i in enumerate(_stable_order(ctx.input_shards))}
+        where = ctx.shared["count"]["shards"]
+        return [replace(t, params={**t.params, "rank": rank[i], "refs": where.get(str(rank[i]), [])})
+                for i, t in enumerate(shard_tasks(ctx))]
+
+    def map_shard(self, stage: "SubdocStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
+        cfg: SubdocConfig = stage.config
+        received = text_bytes(table)
+        source = task.params["source"]
+        rows = _read_groups(ctx, task.params["refs"], "_work/remove", ["doc", "hash"])
+        remove: dict[int, set[int]] = {}
+        if rows is not None:
+            for doc, h in zip(rows.column("doc").to_pylist(), rows.column("hash").to_pylist()):
+                remove.setdefault(doc & 0xFFFFFFFF, set()).add(h)
+        texts = table.column("text").to_pylist()
+        reasons: list[str | None] = [None] * len(texts)
+        ids = table.column("id").cast(pa.string()).to_pylist()
+        top = {h for h, _, shard in ctx.shared["count"]["top"] if shard == task.params["rank"]}
+        counts: Counter = Counter()
+        examples: dict[str, str] = {}
+        removed_rows: dict[str, list] = {"id": [], "source": [], "hash": [], "span": []}
+        for row in sorted(remove):
+            result = remove_spans(texts[row], cfg.unit, cfg.min_chars, remove[row])
+            if not result.spans_removed:
+                continue
+            counts["docs_changed"] += 1
+            counts["spans_removed"] += result.spans_removed
+            counts["chars_removed"] += result.chars_removed
+            if len(result.text.strip()) < cfg.min_doc_chars:
+                reasons[row] = TOO_SHORT  # written whole to dropped/, as it came: what the corpus lost
+            else:
+                texts[row] = result.text
+            for h, span in sorted(result.removed.items()):
+                removed_rows["id"].append(ids[row])
+                removed_rows["source"].append(source)
+                removed_rows["hash"].append(h)
+                removed_rows["span"].append(span)
+                if f"{h:016x}" in top:
+                    examples.setdefault(f"{h:016x}", span)
+        if counts:
+            table = table.set_column(table.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
+            ctx.write(f"removed/{task.key}.parquet", parquet_bytes(pa.table({
+                "id": pa.array(removed_rows["id"], pa.string()), "source": pa.array(removed_rows["source"], pa.string()),
+                "hash": pa.array(removed_rows["hash"], pa.uint64()), "span": pa.array(removed_rows["span"], pa.string()),
+            })))
+        stats = {"by_source": {source: dict(sorted(counts.items()))}} if counts else None
+        if stats is not None and examples:
+            stats["examples"] = [[h, s] for h, s in sorted(examples.items())]
+        return ShardOutput(table, pa.array(reasons, pa.string()), stats, bytes_in=received)
+
+
+class SubdocStage(Stage):
+    """Repeated lines or paragraphs removed from all but their first document (docs/subdoc.md)."""
+
+    name = "subdoc"
+    order = 35
+    """After dedup (whole duplicates gone first, so a page copied whole does not make its every line repeated),
+    before decontaminate and tokenize."""
+    config_class = SubdocConfig
+    needs = frozenset({"id", "text", "source"})
+    drop_reasons = (TOO_SHORT,)
+
+    config: SubdocConfig
+
+    def phases(self) -> list[Phase]:
+        return [Spans(), Count(), Apply()]
+
+    def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Spans counted and repeated, removals per source (documents changed, spans and characters removed), and
+        the most widely held removed spans with their text."""
+        reduced = reduced or {}
+        spans = {k: v for k, v in (reduced.get("spans") or {}).items() if k != "partitions"}
+        count = {k: v for k, v in (reduced.get("count") or {}).items() if k not in ("shards", "top")}
+        text = {h: s for h, s in stats.get("examples", [])}
+        top = [{"hash": h, "docs": n, "span": text.get(h)} for h, n, _ in (reduced.get("count") or {}).get("top", [])]
+        by_source = stats.get("by_source", {})
+        total = Counter()
+        for c in by_source.values():
+            total.update(c)
+        summary = [f"{count.get('distinct_spans', 0):,} distinct spans, {count.get('repeated_spans', 0):,} in more "
+                   f"than {self.config.max_docs} documents; {total['spans_removed']:,} spans "
+                   f"({total['chars_removed']:,} characters) removed from {total['docs_changed']:,} documents; "
+                   f"{spans.get('code_docs', 0):,} code documents kept whole"]
+        return {"spans": spans, "count": count, "by_source": by_source, "top": top, "summary": summary}
