@@ -8,15 +8,16 @@ reads and writes the files.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+import tempfile
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from tokenmill.dedup.clusters import components
 
-__all__ = ["EDGES_PER_BATCH", "INDEX_ROWS", "component_batches", "component_index", "in_batch", "split_by_batch",
-           "unique_edge_rows"]
+__all__ = ["EDGES_PER_BATCH", "INDEX_ROWS", "component_batches", "component_edges", "component_index", "in_batch",
+           "read_scattered", "scatter_edges", "split_by_batch", "unique_edge_rows"]
 
 EDGES_PER_BATCH = 1 << 22  # edge rows the clusters task holds at a time (about 100 MB as arrays)
 
@@ -126,3 +127,48 @@ def split_by_batch(table: pa.Table, nodes: np.ndarray, batch_of: np.ndarray) -> 
     cuts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
     for start, stop in zip(cuts.tolist(), [*cuts[1:].tolist(), batch.size]):
         yield int(batch[start]), table.slice(start, stop - start)
+
+
+def component_edges(read: Callable[[list[str] | None], Iterator[pa.Table]], nodes: np.ndarray, comp: np.ndarray,
+                    count: np.ndarray, budget: int = EDGES_PER_BATCH) -> Iterator[pa.Table]:
+    """The distinct edges of each batch of whole components (:func:`component_batches`), a batch at a time.
+
+    ``read(columns)`` gives the edge tables again on each call (the files a clusters task reads); ``nodes``,
+    ``comp`` and ``count`` are :func:`component_index`'s over them. Every edge row is spilled once to the local
+    file of its batch (Arrow IPC in a temporary folder), so that each batch then reads its own rows only (reading
+    every edge file again per batch grew with the square of the run: 612 s for 40 batches of 64 files at 10 GB of
+    a web-like crawl). Within the budget, one batch read directly."""
+    if count.sum() > budget:
+        batch_of = component_batches(nodes, comp, count, budget)
+        with tempfile.TemporaryDirectory(prefix="tokenmill-dedup-edges-") as folder:
+            for path in scatter_edges(read(None), nodes, batch_of, folder):
+                yield unique_edge_rows(read_scattered(path))
+    elif nodes.size:
+        yield unique_edge_rows(in_batch(read(None), nodes, np.zeros(nodes.size, np.int64), 0))
+
+
+def scatter_edges(tables: Iterator[pa.Table], nodes: np.ndarray, batch_of: np.ndarray, folder: str) -> list[str]:
+    """Every edge row written once to the file of its component's batch (Arrow IPC in the local `folder`); the
+    files written, by batch."""
+    batches = int(batch_of.max()) + 1 if batch_of.size else 0
+    paths = [f"{folder}/batch-{b:05d}.arrow" for b in range(batches)]
+    writers: list = [None] * batches
+    try:
+        for table in tables:
+            for b, rows in split_by_batch(table, nodes, batch_of):
+                if writers[b] is None:
+                    writers[b] = pa.ipc.new_file(paths[b], rows.schema)
+                writers[b].write_table(rows)
+    finally:
+        for writer in writers:
+            if writer is not None:
+                writer.close()
+    return [path for path, writer in zip(paths, writers) if writer is not None]
+
+
+def read_scattered(path: str) -> Iterator[pa.Table]:
+    """One batch's edges from :func:`scatter_edges`, a record batch at a time."""
+    with pa.OSFile(path) as source:  # read into memory, not mapped: the tables outlive the file
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield pa.Table.from_batches([reader.get_batch(i)])

@@ -13,11 +13,14 @@ import pyarrow.compute as pc
 
 from tokenmill.dedup.clusters import greedy_drops
 
-__all__ = ["REASONS", "Decisions", "decide", "rank"]
+__all__ = ["CLUSTERS_SCHEMA", "REASONS", "Decisions", "decide", "merge_runs", "merge_summaries", "rank"]
 
 REASONS = pa.array(["exact_duplicate", "near_duplicate", None], pa.string())
 """Decision codes: 0 and 1 index these reasons, 2 (kept) a null."""
 KEPT = 2
+CLUSTERS_SCHEMA = pa.schema({"cluster": pa.string(), "id": pa.string(), "source": pa.string(), "kept": pa.bool_(),
+                             "reason": pa.string(), "removed_by": pa.string(), "jaccard": pa.float64()})
+"""``clusters.parquet``'s columns."""
 
 
 def rank(keep: list[str], members: pa.Table, nodes: np.ndarray) -> np.ndarray:
@@ -146,3 +149,65 @@ def _by_source(comp: np.ndarray, rows: np.ndarray, dropped: np.ndarray, root: np
         per_source.setdefault(source, {})[size] = count
     return {s: {"clusters": sum(c.values()), "size_histogram": {str(k): v for k, v in sorted(c.items())}}
             for s, c in sorted(per_source.items())}
+
+
+def merge_summaries(parts: Iterable[dict]) -> dict:
+    """:meth:`Decisions.summary` of every component from the summaries of disjoint sets of whole components (the
+    clusters tasks'): counts summed, size histograms summed per source, in the same order of keys."""
+    clusters = exact = near = 0
+    per_source: dict[str, dict[int, int]] = {}
+    for part in parts:
+        clusters += part["clusters"]
+        exact += part["exact_duplicates"]
+        near += part["near_duplicates"]
+        for source, found in part["by_source"].items():
+            histogram = per_source.setdefault(source, {})
+            for size, n in found["size_histogram"].items():
+                histogram[int(size)] = histogram.get(int(size), 0) + n
+    by_source = {s: {"clusters": sum(c.values()), "size_histogram": {str(k): v for k, v in sorted(c.items())}}
+                 for s, c in sorted(per_source.items())}
+    return {"clusters": clusters, "by_source": by_source, "exact_duplicates": exact, "near_duplicates": near}
+
+
+def merge_runs(runs: list[Iterator[pa.Table]], key: str) -> Iterator[pa.Table]:
+    """The rows of several runs, each sorted by `key` (an unsigned integer column) and given a table at a time,
+    merged into one order by `key` (ties kept in run order, then row order), a table at a time: holding about one
+    table per run, not the runs. A key held by one run only (a component, in the clusters tasks' files) may span
+    several of its tables."""
+    buffers: list[pa.Table | None] = [None] * len(runs)
+    live = [True] * len(runs)
+
+    def refill(i: int) -> None:
+        table = next(runs[i], None)
+        while table is not None and not table.num_rows:
+            table = next(runs[i], None)
+        if table is None:
+            live[i] = False
+        else:
+            buffers[i] = table if buffers[i] is None else pa.concat_tables([buffers[i], table])
+
+    for i in range(len(runs)):
+        refill(i)
+    while any(live):
+        # Rows below the smallest last key of the runs still being read are complete in every run.
+        lasts = {i: buffers[i].column(key)[-1].as_py() for i in range(len(runs)) if live[i]}
+        frontier = min(lasts.values())
+        ready = []
+        for i, table in enumerate(buffers):
+            if table is None or not table.num_rows:
+                continue
+            cut = int(np.searchsorted(table.column(key).to_numpy(), np.uint64(frontier), side="left"))
+            if cut:
+                ready.append(table.slice(0, cut))
+                buffers[i] = table.slice(cut)
+        if ready:
+            yield _sorted_by(pa.concat_tables(ready), key)
+        refill(min(i for i, last in lasts.items() if last == frontier))
+    rest = [t for t in buffers if t is not None and t.num_rows]
+    if rest:
+        yield _sorted_by(pa.concat_tables(rest), key)
+
+
+def _sorted_by(table: pa.Table, key: str) -> pa.Table:
+    order = np.argsort(table.column(key).to_numpy(), kind="stable")
+    return table.take(pa.array(order, pa.int64())).combine_chunks()

@@ -148,6 +148,13 @@ class Phase(ABC):
         Runs on the driver; `ctx.fs` and `ctx.stage_dir` reach files the tasks wrote (a large index, say)."""
         return None
 
+    def again(self, stage: "Stage", ctx: PlanContext) -> bool:
+        """After `reduce`: whether the phase runs one more round (an iterative algorithm whose number of rounds
+        depends on the data, such as dedup's connected components). The next round's `plan` finds this round's
+        reduced result in `ctx.shared[self.name]`; its task keys must differ from every earlier round's (name them
+        by round), since a key names a completion record. Runs on the driver; default: one round."""
+        return False
+
 
 class DriverPhase(ABC):
     """Work done once on the driver, with no tasks (building an index from small files the config names): what

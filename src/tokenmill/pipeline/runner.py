@@ -246,39 +246,35 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
             phase_stats[phase.name] = {"wall_seconds": round(time.time() - phase_started, 3), "tasks_run": 0,
                                        "max_task_seconds": 0.0, "task_seconds": 0.0, "max_worker_peak_rss_mb": 0.0}
             continue
-        tasks = phase.plan(stage, ctx)
-        if len({t.key for t in tasks}) != len(tasks):
-            raise RuntimeError(f"stage {stage.name!r} phase {phase.name!r} planned two tasks with one key")
-        records, todo = _split_committed(fs, stage_dir, phase.name, tasks, key)
-        reporter.phase_started(stage.name, phase.name, len(tasks), len(records))
-        env = TaskEnv(config.output_location, stage.name, None if input_dir is None else stages[index - 1].name, key,
-                      phase_index)
-        done, failures = run_tasks(
-            stage, env, todo, shared,
-            resources=phase.resources,
-            max_in_flight=max_in_flight,
-            max_retries=config.execution.max_retries,
-            on_done=lambda task: reporter.task_done(stage.name, phase.name),
-        )
-        reporter.phase_ended(stage.name, phase.name)
-        task_stats = [r.pop("task_stats") for r in done.values() if "task_stats" in r]
-        phase_stats[phase.name] = {
-            "wall_seconds": round(time.time() - phase_started, 3),
-            "tasks_run": len(done),
-            "max_task_seconds": round(max((t["seconds"] for t in task_stats), default=0.0), 3),
-            # Against wall x workers, what the phase lost outside its tasks: Ray's per-task cost and idle workers.
-            "task_seconds": round(sum(t["seconds"] for t in task_stats), 3),
-            "max_worker_peak_rss_mb": round(max((t["peak_rss_mb"] for t in task_stats), default=0.0), 1),
-        }
-        records.update(done)
-        run_count += len(done)
-        skip_count += len(tasks) - len(todo)
-        lock.check()
-        if failures:
-            raise StageFailed(stage.name, failures)
-        results = {k: ShardsResult.from_json(r["result"]) if phase.writes_shards else r["result"]
-                   for k, r in records.items()}
-        shared[phase.name] = phase.reduce(stage, results, ctx)
+        rounds = 0
+        while True:  # one round, unless the phase asks for another (`Phase.again`)
+            tasks = _planned(stage, phase, ctx)
+            records, todo = _split_committed(fs, stage_dir, phase.name, tasks, key)
+            label = phase.name if not rounds else f"{phase.name} (round {rounds + 1})"
+            reporter.phase_started(stage.name, label, len(tasks), len(records))
+            env = TaskEnv(config.output_location, stage.name, None if input_dir is None else stages[index - 1].name,
+                          key, phase_index)
+            done, failures = run_tasks(
+                stage, env, todo, shared,
+                resources=phase.resources,
+                max_in_flight=max_in_flight,
+                max_retries=config.execution.max_retries,
+                on_done=lambda task, label=label: reporter.task_done(stage.name, label),
+            )
+            reporter.phase_ended(stage.name, label)
+            phase_stats[phase.name] = _round_stats(phase_stats.get(phase.name), phase_started, done, rounds)
+            records.update(done)
+            run_count += len(done)
+            skip_count += len(tasks) - len(todo)
+            lock.check()
+            if failures:
+                raise StageFailed(stage.name, failures)
+            results = {k: ShardsResult.from_json(r["result"]) if phase.writes_shards else r["result"]
+                       for k, r in records.items()}
+            shared[phase.name] = phase.reduce(stage, results, ctx)
+            rounds += 1
+            if not phase.again(stage, ctx):
+                break
         if phase.writes_shards:
             shard_records = records
 
@@ -294,6 +290,37 @@ def _run_stage(fs, root, stages, index, config, reporter: Reporter, max_in_fligh
     path = write_manifest(fs, stage_dir, content, run_info, uuid.uuid4().hex)
     status = "resumed" if skip_count else "ran"
     return StageReport(stage.name, status, run_count, skip_count, content["totals"], run_info["seconds"], path, notes)
+
+
+def _planned(stage: Stage, phase, ctx: PlanContext) -> list:
+    """The phase's tasks (for its next round), each key once."""
+    tasks = phase.plan(stage, ctx)
+    if len({t.key for t in tasks}) != len(tasks):
+        raise RuntimeError(f"stage {stage.name!r} phase {phase.name!r} planned two tasks with one key")
+    return tasks
+
+
+def _round_stats(earlier: dict[str, float] | None, phase_started: float, done: dict[str, dict], rounds: int
+                 ) -> dict[str, float]:
+    """A phase's stats once its round `rounds` (from 0) is done, its tasks' `task_stats` taken out of their records:
+    over the rounds (`Phase.again`), tasks and task seconds summed, maxima kept, the wall time since the phase
+    began, and, after more than one, how many rounds."""
+    task_stats = [r.pop("task_stats") for r in done.values() if "task_stats" in r]
+    stats = {
+        "wall_seconds": round(time.time() - phase_started, 3),
+        "tasks_run": len(done),
+        "max_task_seconds": round(max((t["seconds"] for t in task_stats), default=0.0), 3),
+        # Against wall x workers, what the phase lost outside its tasks: Ray's per-task cost and idle workers.
+        "task_seconds": round(sum(t["seconds"] for t in task_stats), 3),
+        "max_worker_peak_rss_mb": round(max((t["peak_rss_mb"] for t in task_stats), default=0.0), 1),
+    }
+    if not rounds or earlier is None:
+        return stats
+    return {"wall_seconds": stats["wall_seconds"], "tasks_run": earlier["tasks_run"] + stats["tasks_run"],
+            "max_task_seconds": max(earlier["max_task_seconds"], stats["max_task_seconds"]),
+            "task_seconds": round(earlier["task_seconds"] + stats["task_seconds"], 3),
+            "max_worker_peak_rss_mb": max(earlier["max_worker_peak_rss_mb"], stats["max_worker_peak_rss_mb"]),
+            "rounds": rounds + 1}
 
 
 def _split_committed(fs, stage_dir: str, phase: str, tasks: list, key: dict) -> tuple[dict[str, dict], list]:

@@ -1,4 +1,4 @@
-"""The dedup stage in six phases, each a set of tasks with bounded memory; no task holds the corpus.
+"""The dedup stage in nine phases, each a set of tasks with bounded memory; no task holds the corpus.
 
 (a) `signatures`, per shard: normalized-text hash, shingles, MinHash, band keys; band keys and exact hashes are
     written partitioned by key, and per document its length; no text, no shingles. (b) `buckets`, per partition:
@@ -7,16 +7,20 @@
     so that a cluster found in every band is verified once, not once per band. (d) `verify`, per partition: exact
     Jaccard of the shingle sets, recomputed from the text of only the documents its pairs and groups name, read
     back from the input shards (each once, only those rows' row groups); leader clustering inside each group.
-    (e) `clusters`, one task over edges only: components, then the keep/drop choice (ids and sources from the
-    input shards, lengths from (a)). (f) `filter`, per shard: drop what (e) decided. The reduced counts of (b),
-    (d) and (e) reach `DedupStage.report` directly.
+    (e) `components`, per partition, in rounds until stable (`tokenmill.dedup.distributed_components`): each
+    document's component, labelled by its smallest document. (f) `by_component`, per partition: the edges routed to
+    the task of their component. (g) `clusters`, per partition of whole components, over edges only: the keep/drop
+    choice (ids and sources from the input shards, lengths from (a)). (h) `cluster_table`, one task:
+    `clusters.parquet` merged from (g)'s files. (i) `filter`, per shard: drop what (g) decided. The reduced counts
+    of (b), (d) and (g) reach `DedupStage.report` directly.
 """
-
 from __future__ import annotations
 
+import contextlib
 import logging
-import tempfile
+import math
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -26,9 +30,10 @@ import pyarrow.parquet as pq
 
 from tokenmill.dedup.bands import band_tables, bucket_pairs
 from tokenmill.dedup.clusters import over_cap_groups, ranked
-from tokenmill.dedup.components import EDGES_PER_BATCH, component_batches, component_index, in_batch, \
-    split_by_batch, unique_edge_rows
-from tokenmill.dedup.decisions import Decisions, decide, rank
+from tokenmill.dedup.components import EDGES_PER_BATCH, component_edges, component_index, read_scattered, scatter_edges
+from tokenmill.dedup.decisions import CLUSTERS_SCHEMA, Decisions, decide, merge_runs, merge_summaries, rank
+from tokenmill.dedup.distributed_components import MAX_ROUNDS, ROWS_PER_TASK, SplitWriter, adjacency, contract, \
+    iter_parts, labels, lookup, owner, parts_for, split_bytes, star_round
 from tokenmill.dedup.leaders import cluster_groups
 from tokenmill.dedup.lsh import band_keys, choose_bands
 from tokenmill.dedup.minhash import MinHasher
@@ -37,9 +42,9 @@ from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
 from tokenmill.dedup.verify import unique_edges, unique_pairs, verify
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
-from tokenmill.documents import parquet_bytes, read_rows
+from tokenmill.documents import NO_DICTIONARY, ZSTD_LEVEL, parquet_bytes, read_rows
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
-from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name
+from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
 from tokenmill.stages.dedup.config import DedupConfig
 
 log = logging.getLogger(__name__)
@@ -226,12 +231,14 @@ class Verify(Phase):
                         "(max_comparisons_per_document = %d)", task.key, counts["pairs_not_verified"],
                         cfg.max_comparisons_per_document)
         near_edges, near_sims = unique_edges(np.concatenate(edges), np.concatenate(sims))
-        ctx.write(f"_work/edges/{task.key}.parquet", parquet_bytes(pa.table({
-            "a": pa.array(np.r_[a[exact], near_edges[:, 0]], pa.uint64()),
+        first = np.r_[a[exact], near_edges[:, 0]].astype(np.uint64)
+        # A row group per components task: the one that owns the edge's first end (round 0 and `by_component`).
+        ctx.write(f"_work/edges/{task.key}.parquet", split_bytes(pa.table({
+            "a": pa.array(first, pa.uint64()),
             "b": pa.array(np.r_[b[exact], near_edges[:, 1]], pa.uint64()),
             "jaccard": pa.array(np.r_[np.ones(int(exact.sum())), near_sims], pa.float64()),
             "exact": pa.array(np.r_[np.ones(int(exact.sum()), bool), np.zeros(len(near_edges), bool)]),
-        })))
+        }), owner(first, cfg.partitions)))
         return counts
 
 
@@ -254,79 +261,170 @@ def _read_edges(ctx: TaskContext, files: list[str], columns: list[str] | None = 
         yield pq.read_table(path, columns=columns, filesystem=ctx.fs)
 
 
-def _component_edges(ctx: TaskContext, files: list[str], nodes: np.ndarray, comp: np.ndarray, count: np.ndarray
-                     ) -> Iterator[pa.Table]:
-    """The distinct edges of each batch of whole components (`component_batches`), a batch at a time: every edge
-    file's rows are spilled once to the local file of their batch (Arrow IPC in a temporary folder), so that each
-    batch then reads its own rows only (reading every edge file again per batch grew with the square of the run:
-    612 s for 40 batches of 64 files at 10 GB of a web-like crawl). Within the budget, one batch read directly."""
-    if count.sum() > EDGES_PER_BATCH:
-        batch_of = component_batches(nodes, comp, count)
-        with tempfile.TemporaryDirectory(prefix="tokenmill-dedup-edges-") as folder:
-            for path in _scatter_edges(_read_edges(ctx, files), nodes, batch_of, folder):
-                yield unique_edge_rows(_read_scattered(path))
-    elif nodes.size:
-        yield unique_edge_rows(in_batch(_read_edges(ctx, files), nodes, np.zeros(nodes.size, np.int64), 0))
+# The batch engine moved to `tokenmill.dedup.components`; these names stay for the tests that reach them here.
+_scatter_edges, _read_scattered = scatter_edges, read_scattered
 
 
-def _scatter_edges(tables: Iterator[pa.Table], nodes: np.ndarray, batch_of: np.ndarray, folder: str) -> list[str]:
-    """Every edge row written once to the file of its component's batch (Arrow IPC in the local `folder`); the
-    files written, by batch."""
-    batches = int(batch_of.max()) + 1 if batch_of.size else 0
-    paths = [f"{folder}/batch-{b:05d}.arrow" for b in range(batches)]
-    writers: list = [None] * batches
-    try:
-        for table in tables:
-            for b, rows in split_by_batch(table, nodes, batch_of):
-                if writers[b] is None:
-                    writers[b] = pa.ipc.new_file(paths[b], rows.schema)
-                writers[b].write_table(rows)
-    finally:
-        for writer in writers:
-            if writer is not None:
-                writer.close()
-    return [path for path, writer in zip(paths, writers) if writer is not None]
+def _partition(task: Task) -> int:
+    return int(task.params["part"])
 
 
-def _read_scattered(path: str) -> Iterator[pa.Table]:
-    """One batch's edges from `_scatter_edges`, a record batch at a time."""
-    with pa.OSFile(path) as source:  # read into memory, not mapped: the tables outlive the file
-        reader = pa.ipc.open_file(source)
-        for i in range(reader.num_record_batches):
-            yield pa.Table.from_batches([reader.get_batch(i)])
+def _round_files(ctx: TaskContext, r: int) -> list[str]:
+    return storage.list_files(ctx.fs, storage.join(ctx.stage_dir, f"_work/cc/r{r:03d}"), ".parquet")
+
+
+def _rows(tables: Iterator[pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of a round's rows for one task."""
+    parts = list(tables)
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    return (np.concatenate([t.column("src").to_numpy() for t in parts]),
+            np.concatenate([t.column("dst").to_numpy() for t in parts]))
+
+
+class Components(Phase):
+    """Connected components of the verified edges in rounds (`tokenmill.dedup.distributed_components`): round 0,
+    one task per partition, contracts each partition of the edges to the stars of its local components; then
+    large-star and small-star alternate until a round finds its input a star forest, each round over as few tasks
+    (a divisor of the partitions) as hold about `ROWS_PER_TASK` rows each. Each round writes
+    `_work/cc/r###/p####.parquet` (rows node, neighbour; a row group per owning task of the next round)."""
+
+    name = "components"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        before = ctx.shared.get(self.name)
+        if before is None:
+            r, parts, came_from = 0, stage.config.partitions, None
+        else:
+            r, came_from = before["round"] + 1, before["parts"]
+            parts = parts_for(before["rows"], ROWS_PER_TASK, came_from)
+        return [Task(key=f"r{r:03d}-p{t:04d}", params={"round": r, "part": t, "parts": parts, "from": came_from})
+                for t in range(parts)]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        r, t, parts = int(task.params["round"]), _partition(task), int(task.params["parts"])
+        result = {}
+        if r == 0:
+            result["edges"] = 0
+
+            def counted() -> Iterator[pa.Table]:  # streamed into the contraction, the rows counted on the way
+                for table in iter_parts(_edge_files(ctx), t, ["a", "b"], ctx.fs):
+                    result["edges"] += table.num_rows
+                    yield table
+
+            a, b = contract(counted())
+        else:
+            # The previous round split its rows `from` ways; this round's task t owns every part d with d % parts
+            # == t (`parts` divides `from`).
+            found = star_round(*_rows(iter_parts(_round_files(ctx, r - 1), t, ["src", "dst"], ctx.fs, parts)),
+                               large=r % 2 == 1)
+            a, b = found.a, found.b
+            result.update(nodes=found.nodes, violations=found.violations)
+        src, dst = adjacency(a, b)
+        ctx.write(f"_work/cc/r{r:03d}/p{t:04d}.parquet",
+                  split_bytes(pa.table({"src": pa.array(src, pa.uint64()), "dst": pa.array(dst, pa.uint64())}),
+                              owner(src, parts)))
+        return {"rows": int(src.size), **{k: int(v) for k, v in result.items()}}
+
+    def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        before = ctx.shared.get(self.name)
+        now = _sum_counts(results)
+        if before is not None:
+            now["edges"] = before["edges"]  # the verified edge rows, counted by round 0, for `by_component`
+        return {"round": 0 if before is None else before["round"] + 1, "parts": len(results),
+                "violations": 0, **now}
+
+    def again(self, stage: "DedupStage", ctx: PlanContext) -> bool:
+        now = ctx.shared[self.name]
+        if now["round"] == 0:
+            return now["rows"] > 0  # no edge, no component
+        if not now["violations"]:
+            return False
+        if now["round"] >= MAX_ROUNDS:
+            raise RuntimeError(f"dedup components: {now['violations']} nodes still not in a star after "
+                               f"{MAX_ROUNDS} rounds; this is a bug (the algorithm converges in O(log^2 n) rounds)")
+        return True
+
+
+class ByComponent(Phase):
+    """Per group of partitions (as few tasks as hold about EDGES_PER_BATCH edge rows each, a divisor of the
+    partitions): each owned node's component from the last round's stars, and the verified edges whose first end
+    the task owns routed to the clusters task of their component (`_work/cc/edges/p####.parquet`, a row group per
+    clusters task, one clusters task per task of this phase)."""
+
+    name = "by_component"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        last = ctx.shared["components"]
+        parts = parts_for(last["edges"], EDGES_PER_BATCH, stage.config.partitions)
+        return [Task(key=f"p{t:04d}", params={"part": t, "parts": parts, "round": last["round"],
+                                               "label_parts": last["parts"]}) for t in range(parts)]
+
+    def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        return {"parts": len(results), **_sum_counts(results)}
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        t, parts = _partition(task), int(task.params["parts"])
+        # The last round split its nodes `label_parts` ways; those this task owns (owner(x, parts) == t) lie in its
+        # parts d with d = t modulo the greatest common divisor (both divide the partitions): a superset, looked up.
+        common = math.gcd(parts, int(task.params["label_parts"]))
+        nodes, comp = labels(*_rows(iter_parts(_round_files(ctx, int(task.params["round"])), t % common,
+                                               ["src", "dst"], ctx.fs, common)))
+        # A verify task's rows at a time, at most about EDGES_PER_BATCH rows held before they are written out.
+        out, rows = SplitWriter(EDGES_PER_BATCH), 0
+        for edges in iter_parts(_edge_files(ctx), t, None, ctx.fs, parts):
+            out.add(edges, owner(lookup(nodes, comp, edges.column("a").to_numpy()), parts))
+            rows += edges.num_rows
+        ctx.write(f"_work/cc/edges/{task.key}.parquet", out.finish())
+        return {"edges": rows}
 
 
 class Clusters(Phase):
-    """Over edges only: exact duplicates first (one kept per hash), then near-duplicates among what is left."""
+    """Per partition of whole components (those whose smallest document this task owns): exact duplicates first
+    (one kept per hash), then near-duplicates among what is left. Writes the decisions (a row group per input
+    shard, for `filter`) and its members of `clusters.parquet` (for `cluster_table`)."""
 
     name = "clusters"
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
-        return results["all"]
+        """The summary of every component; and for `filter`, the decision files holding each shard's documents."""
+        files: dict[int, list[str]] = {}
+        for key in sorted(results):
+            for shard in results[key]["decided_shards"]:
+                files.setdefault(shard, []).append(key)
+        return {**merge_summaries(results[k]["summary"] for k in sorted(results)), "decision_files": files}
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key="all", params={"shards": [shard_name(s["path"]) for s in ctx.input_shards],
-                                        "paths": [s["path"] for s in ctx.input_shards]})]
+        shards = [shard_name(s["path"]) for s in ctx.input_shards]
+        paths = [s["path"] for s in ctx.input_shards]
+        return [Task(key=f"p{t:04d}", params={"part": t, "shards": shards, "paths": paths})
+                for t in range(ctx.shared["by_component"]["parts"])]
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        # Components first, streamed over the edge files (nodes only); then the keep/drop choice one batch of
-        # components at a time, each batch's edges read again from the files. Components are independent, so
-        # this decides exactly what one pass over every edge would, holding about EDGES_PER_BATCH edges. Every
-        # per-document value is an array aligned with the sorted nodes (Python objects per document were most of
-        # the task's memory at millions of cluster members).
-        files = _edge_files(ctx)
-        nodes, comp, count = component_index(_read_edges(ctx, files, ["a", "b"]))
+        # Components first, streamed over this task's edges (nodes only); then the keep/drop choice one batch of
+        # components at a time, each batch's edges read again. Components are independent, so this decides
+        # exactly what one pass over every edge would, holding about EDGES_PER_BATCH edges. Every per-document
+        # value is an array aligned with the sorted nodes.
+        t = _partition(task)
+        files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/cc/edges"), ".parquet")
+
+        def read(columns: list[str] | None = None) -> Iterator[pa.Table]:
+            return iter_parts(files, t, columns, ctx.fs)
+
+        nodes, comp, count = component_index(read(["a", "b"]))
         shards = task.params["shards"]
         members = self._members(ctx, shards, task.params["paths"], nodes)
         ids, sources = members.column("id").combine_chunks(), members.column("source").combine_chunks()
         visit = ranked(nodes, rank(stage.config.keep, members, nodes))
-        decided = Decisions.of(nodes, comp, [decide(edges, visit) for edges in
-                                             _component_edges(ctx, files, nodes, comp, count)
+        decided = Decisions.of(nodes, comp, [decide(edges, visit) for edges in component_edges(read, nodes, comp, count)
                                              if edges is not None and edges.num_rows])
-        for shard, rows in decided.by_shard():
-            ctx.write(f"_work/decisions/{shards[shard]}.parquet", parquet_bytes(decided.shard_table(ids, rows)))
-        ctx.write("clusters.parquet", parquet_bytes(decided.clusters_table(ids, sources)))
-        return decided.summary(sources)
+        everything = np.arange(nodes.size)
+        ctx.write(f"_work/decisions/{task.key}.parquet", split_bytes(decided.shard_table(ids, everything),
+                                                                      (nodes >> np.uint64(32)).astype(np.int64)))
+        table = decided.clusters_table(ids, sources)
+        ctx.write(f"_work/clusters/{task.key}.parquet",
+                  parquet_bytes(table.append_column("comp", pa.array(comp[decided.order], pa.uint64()))))
+        return {"summary": decided.summary(sources), "decided_shards": [index for index, _ in decided.by_shard()]}
 
     @staticmethod
     def _members(ctx: TaskContext, shards: list[str], paths: list[str], nodes: np.ndarray) -> pa.Table:
@@ -344,17 +442,81 @@ class Clusters(Phase):
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
+CLUSTERS_ROW_GROUP = 1 << 20
+"""Rows per row group of `clusters.parquet` (pyarrow's default, so a table written whole gives the same file)."""
+
+
+class ClusterTable(Phase):
+    """One task: the clusters tasks' members merged into `clusters.parquet`, by (cluster, document) as one task
+    over every edge wrote it: each file read a record batch at a time, the file written a row group at a time (the
+    task holds the compressed file and about one batch per clusters task, never the members)."""
+
+    name = "cluster_table"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        return [Task(key="all")]
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/clusters"), ".parquet")
+        with contextlib.ExitStack() as stack:
+            runs = [(pa.Table.from_batches([b]) for b in
+                     pq.ParquetFile(stack.enter_context(ctx.fs.open_input_file(f))).iter_batches(1 << 16))
+                    for f in files]
+            merged = (t.drop_columns(["comp"]) for t in merge_runs(runs, "comp"))
+            ctx.write("clusters.parquet", _clusters_bytes(merged))
+        return None
+
+
+def _clusters_bytes(tables: Iterator[pa.Table]) -> bytes:
+    """`clusters.parquet` from its rows in order, a table at a time: the same bytes as `parquet_bytes` of the
+    whole table (row groups of pyarrow's default size), holding one row group of rows at a time."""
+    sink = pa.BufferOutputStream()
+    writer = None
+    pending: list[pa.Table] = []
+    held = 0
+
+    def flush(rows: int) -> None:
+        nonlocal writer, pending, held
+        table = pa.concat_tables(pending).combine_chunks()
+        head, rest = table.slice(0, rows), table.slice(rows)
+        if writer is None:
+            writer = pq.ParquetWriter(sink, CLUSTERS_SCHEMA, compression="zstd", compression_level=ZSTD_LEVEL,
+                                      use_dictionary=[c for c in CLUSTERS_SCHEMA.names if c not in NO_DICTIONARY])
+        writer.write_table(head, row_group_size=CLUSTERS_ROW_GROUP)
+        pending, held = ([rest] if rest.num_rows else []), rest.num_rows
+
+    for table in tables:
+        pending.append(table.cast(CLUSTERS_SCHEMA))
+        held += table.num_rows
+        while held >= CLUSTERS_ROW_GROUP:
+            flush(CLUSTERS_ROW_GROUP)
+    if held:
+        flush(held)
+    if writer is None:
+        return parquet_bytes(CLUSTERS_SCHEMA.empty_table())
+    writer.close()
+    return sink.getvalue().to_pybytes()
+
+
 class FilterShards(ShardMap):
-    """Per shard: drop the documents the cluster phase removed; count cluster members per source."""
+    """Per shard: drop the documents the clusters tasks removed (each task's row group for this shard); count
+    cluster members per source."""
 
     name = "filter"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        files = ctx.shared["clusters"]["decision_files"]
+        return [replace(t, params={**t.params, "index": i, "decisions": files.get(i, [])})
+                for i, t in enumerate(shard_tasks(ctx))]
 
     def map_shard(self, stage: "DedupStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         reasons = [None] * table.num_rows
         stats: dict[str, Any] = {}
-        path = storage.join(ctx.stage_dir, f"_work/decisions/{task.key}.parquet")
-        if storage.exists(ctx.fs, path):
-            decided = pq.read_table(path, filesystem=ctx.fs)
+        files = [storage.join(ctx.stage_dir, f"_work/decisions/{key}.parquet") for key in task.params["decisions"]]
+        found = list(iter_parts(files, int(task.params["index"]), ["doc", "reason"], ctx.fs))
+        if found:
+            decided = pa.concat_tables(found)
+            decided = decided.take(pc.sort_indices(decided, sort_keys=[("doc", "ascending")]))
             source = task.params["source"]
             for doc, reason in zip(decided.column("doc").to_pylist(), decided.column("reason").to_pylist()):
                 row = doc & 0xFFFFFFFF
@@ -395,13 +557,14 @@ class DedupStage(Stage):
         return {**super().identity(), "bands": self.bands, "rows": self.rows}
 
     def phases(self) -> list[Phase]:
-        return [Signatures(), Buckets(), Groups(), Verify(), Clusters(), FilterShards()]
+        return [Signatures(), Buckets(), Groups(), Verify(), Components(), ByComponent(), Clusters(), ClusterTable(),
+                FilterShards()]
 
     def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Clusters per source with their size histogram, members kept or dropped per source, and the candidate
         counts: pairs proposed, buckets over the cap, pairs verified, above the threshold, rejected, not verified."""
         reduced = reduced or {}
-        clusters = reduced.get("clusters") or {}
+        clusters = {k: v for k, v in (reduced.get("clusters") or {}).items() if k != "decision_files"}
         cand = {**(reduced.get("buckets") or {}), **(reduced.get("verify") or {})}
         summary = [f"{clusters.get('clusters', 0):,} duplicate clusters: {clusters.get('exact_duplicates', 0):,} exact and "
                    f"{clusters.get('near_duplicates', 0):,} near duplicates removed (bands x rows = "
