@@ -68,6 +68,9 @@ def trial(root: Path, t: int, args) -> dict:
         "saved_tokens": es["saved"]["tokens"], "saved_train_flops": es["saved"]["train_flops"],
         "check": [{k: r[k] for k in ("patience", "runs_checked", "would_stop", "wrong", "stopped_at")}
                   for r in es["check"]],
+        # the report's early signal on the early-stop metric: the verdict against the base at 25% / 50% of the
+        # budget, and at every earlier point, against the final one (variants trained to the end)
+        "early_signal": report["early_signal"]["by_metric"][es["metric"]],
     }
 
 
@@ -98,8 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         stops, wrong = sum(r["would_stop"] for r in rows), sum(r["wrong"] for r in rows)
         check.append({"patience": k + 1, "variants_checked": sum(r["runs_checked"] for r in rows),
                       "would_stop": stops, "wrong": wrong, "wrong_fraction": wrong / stops if stops else None})
+    signal = {"at": [{"fraction": row["fraction"], "step": row["step"],
+                      "agree": sum(t["early_signal"]["at"][i]["agree"] for t in trials),
+                      "of": sum(t["early_signal"]["at"][i]["of"] for t in trials)}
+                     for i, row in enumerate(trials[0]["early_signal"]["at"])],
+              "every_point": {k: sum(t["early_signal"]["every_point"][k] for t in trials) for k in ("agree", "of")}}
     out = {
-        "apply": args.apply, "patience": args.patience, "trials": args.trials,
+        "apply": args.apply, "early_signal": signal, "patience": args.patience, "trials": args.trials,
         "seconds": round(sum(t["seconds"] for t in trials), 1), "tokens_trained": sum(t["tokens"] for t in trials),
         "saved_tokens": saved, "check": check, "per_trial": trials,
         "ratios": {"saved_tokens_ratio": saved / budget,

@@ -87,6 +87,8 @@ BENCHMARKS: list[Benchmark] = [
               takes_dir=False),
     Benchmark("scale", "scale.py", full=("--gb", "10"), quick=("--gb", "0.005")),
     Benchmark("ablate_early", "ablate_early.py", quick=("--clean-docs", "100", "--steps", "20", "--patience", "1")),
+    Benchmark("ablate_false_positives", "ablate_false_positives.py",
+              quick=("--trials", "1", "--clean-docs", "100", "--steps", "10", "--fresh")),
 ]
 
 _RATIO_KEY = re.compile(r"ratio|_vs_")

@@ -35,6 +35,10 @@ def test_planted_junk_loses_on_heldout_loss_with_the_interval_excluding_zero(abl
     junk = report["comparisons"]["junk"]["heldout/clean/bpb"]
     assert junk["verdict"] == WORSE and junk["points"][-1]["low"] > 0, junk["points"][-1]
     assert junk["held_from"]["fraction_of_budget"] <= 0.5, junk["held_from"]
+    # the report's early signal: at 50% of the budget (step 20) both verdicts, junk's and same's, are the final ones
+    signal = report["early_signal"]["by_metric"]["heldout/clean/bpb"]["at"]
+    assert [(r["step"], r["agree"], r["of"]) for r in signal][1] == (20, 2, 2), signal
+    assert junk["points"][1]["agrees_with_final"]
     assert report["variants"]["junk"]["metrics"]["heldout/clean/bpb"][-1]["mean"] > \
         report["variants"]["base"]["metrics"]["heldout/clean/bpb"][-1]["mean"]
 

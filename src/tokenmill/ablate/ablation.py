@@ -84,7 +84,8 @@ def jobs(config: AblateConfig, docs: dict[str, list[tuple[str, str]]]) -> list[P
     for name in config.names:
         data = str(config.output_dir / "runs" / name / "tokenize" / "tokens.json")
         for seed in config.seeds:
-            train = proxy_train_mapping(config, data, str(proxy_dir(config, name, seed)), seed)
+            train = proxy_train_mapping(config, data, str(proxy_dir(config, name, seed)),
+                                        seed + config.seed_offsets.get(name, 0))
             train["eval_every"] = 0  # the ablation's own evaluations replace the variant's valid loss
             out.append(ProxyJob(name, seed, train, points, docs, tasks, threads))
     return out

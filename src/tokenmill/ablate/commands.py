@@ -41,6 +41,30 @@ def comparison_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def _agreed(share: dict[str, Any]) -> str:
+    if not share["of"]:
+        return "-"
+    return f"{share['agree']}/{share['of']} ({share['agreement']:.0%})"
+
+
+def early_signal_table(report: dict[str, Any]) -> Table:
+    """Per metric and over all: how often the verdict at 25% and 50% of the budget (the last evaluation point by
+    then), and at every earlier point, was the final verdict, over the variants trained to the end."""
+    es = report["early_signal"]
+    left = f"; left out, stopped early: {', '.join(es['left_out_stopped'])}" if es["left_out_stopped"] else ""
+    table = Table(title=f"early signal: the verdict at an earlier point against the final one ({len(es['variants'])} "
+                        f"variant(s) against the base{left})", title_justify="left")
+    table.add_column("metric")
+    for row in es["at"]:
+        where = "no point yet" if row["step"] is None else f"step {row['step']}"
+        table.add_column(f"at {row['fraction']:.0%} ({where})", justify="right")
+    table.add_column("every earlier point", justify="right")
+    rows = [(m, part) for m, part in es["by_metric"].items()] + [("all metrics", es)]
+    for name, part in rows:
+        table.add_row(escape(name), *[_agreed(r) for r in part["at"]], _agreed(part["every_point"]))
+    return table
+
+
 def sharing_table(report: dict[str, Any]) -> Table:
     """Per variant: the stages shared with an earlier variant and those recomputed, and the compute spent."""
     table = Table(title="stages and compute", title_justify="left")
@@ -113,6 +137,7 @@ def print_report(report: dict[str, Any]) -> None:
     if "variants" in report:
         console.print(sharing_table(report))
         console.print(comparison_table(report))
+        console.print(early_signal_table(report))
     if "early_stop" in report:
         console.print(early_stop_table(report))
         console.print(early_check_table(report))

@@ -195,6 +195,12 @@ class AblateConfig(StrictModel):
     """The proxy training template."""
     seeds: list[int] = Field(default=[0, 1, 2], min_length=3)
     """Training seeds, the same for every variant (paired runs); at least 3."""
+    seed_offsets: dict[str, int] = {}
+    """Variant name -> an offset added to each of `seeds` for that variant's proxy runs (its folders keep the
+    config's seed names: `seed-<s>`). Default: no offset, every variant trains with the same seeds as the base
+    (paired runs: a variant with the base's data trains the very same models). An offset gives a variant runs
+    independent of the base's, as a variant with other data has in effect: how the false-positive rate of
+    identical data is measured (`benchmarks/ablate_false_positives.py`)."""
     evaluations: EvaluationsConfig = EvaluationsConfig()
     """The evaluations."""
     workers: int = Field(default=1, ge=1)
@@ -225,6 +231,9 @@ class AblateConfig(StrictModel):
             raise ValueError("variants: none given; give at least one variant, or a mixture block")
         if self.early_stop is not None and not self.variants:
             raise ValueError("early_stop: there are no variants to stop; remove early_stop or add variants")
+        unknown = sorted(set(self.seed_offsets) - set(self.names))
+        if unknown:
+            raise ValueError(f"seed_offsets: {unknown[0]!r} is not a variant (variants: {', '.join(self.names)})")
         for name in self.names:  # each a folder name under the ablation folder: no separator, no `..`
             if not name or "/" in name or "\\" in name or name.startswith((".", "_")):
                 raise ValueError(f"variants: {name!r} is not a usable folder name")

@@ -170,12 +170,15 @@ def _variants_part(config: AblateConfig, plan: dict) -> dict[str, Any]:
                                                              config.bootstrap, config.confidence, [v, base, m, p])
                 curve.append({"step": p, "tokens": tokens_at[p], "difference": diff, "low": low, "high": high,
                               "verdict": stats.verdict(low, high, lower_is_better(m))})
+            for c in curve:
+                c["agrees_with_final"] = c["verdict"] == curve[-1]["verdict"]
             held = stats.held_from([c["verdict"] for c in curve])
             comparisons[v][m] = {"points": curve, "verdict": curve[-1]["verdict"],
                                  "held_from": {"step": reached[v][held], "tokens": tokens_at[reached[v][held]],
                                                "fraction_of_budget": tokens_at[reached[v][held]] / budget}}
     out = {
         "base": base,
+        "early_signal": _early_signal(config, metrics, comparisons, stopped, tokens_at),
         "proxy": {"model": config.proxy.model, "seq_len": config.proxy.seq_len, "steps": config.proxy.steps,
                   "tokens_per_run": budget, "eval_steps": points},
         "metrics": {m: {"lower_is_better": lower_is_better(m)} for m in metrics},
@@ -185,6 +188,27 @@ def _variants_part(config: AblateConfig, plan: dict) -> dict[str, Any]:
     if config.early_stop is not None:
         out["early_stop"] = _early_part(config, scores, variants_out, stopped, tokens_at, fpt)
     return out
+
+
+def _early_signal(config: AblateConfig, metrics: list[str], comparisons: dict[str, Any], stopped: dict[str, int],
+                  tokens_at: dict[int, int]) -> dict[str, Any]:
+    """How often the verdict at an earlier point was the final one, over the pairs (variant against the base, per
+    metric) trained to the end (`stats.agreement`): at 25% and 50% of the budget, and over every earlier point;
+    per metric and over all. A variant stopped early has no final verdict at the end and is left out."""
+    points = config.proxy.eval_steps()
+    budget = tokens_at[points[-1]]
+    full = [v for v in config.names[1:] if v not in stopped]
+    verdicts = {m: {v: [c["verdict"] for c in comparisons[v][m]["points"]] for v in full} for m in metrics}
+    out = stats.agreement([tokens_at[p] / budget for p in points], verdicts)
+
+    def steps(part: dict[str, Any]) -> dict[str, Any]:
+        at = [{**{k: v for k, v in row.items() if k != "point"},
+               "step": None if row["point"] is None else points[row["point"]],
+               "tokens": None if row["point"] is None else tokens_at[points[row["point"]]]} for row in part["at"]]
+        return {"at": at, "every_point": part["every_point"]}
+
+    return {**steps(out), "by_metric": {m: steps(part) for m, part in out["by_metric"].items()},
+            "variants": full, "left_out_stopped": sorted(stopped)}
 
 
 def _early_part(config: AblateConfig, scores, variants_out, stopped: dict[str, int], tokens_at: dict[int, int],

@@ -106,3 +106,43 @@ def held_from(verdicts: Sequence[str]) -> int:
     while i > 0 and verdicts[i - 1] == verdicts[-1]:
         i -= 1
     return i
+
+
+EARLY_FRACTIONS = (0.25, 0.5)
+"""The fractions of the budget at which the report states how often the early verdict was the final one."""
+
+
+def _share(agree: int, of: int) -> dict[str, object]:
+    return {"agree": agree, "of": of, "agreement": agree / of if of else None}
+
+
+def agreement(fractions: Sequence[float], verdicts: dict[str, dict[str, Sequence[str]]],
+              at: Sequence[float] = EARLY_FRACTIONS) -> dict[str, object]:
+    """How often the verdict at an earlier evaluation point was the final one (the verdict at the last point).
+
+    `fractions`: each evaluation point's fraction of the budget (increasing, the last 1); `verdicts`: {metric:
+    {pair: the verdict at each of those points}}. For each fraction f of `at`, the point used is the last one at or
+    before f of the budget (None when no point is that early), and a pair agrees when its verdict there is its
+    final verdict; `every_point` counts every (pair, point) before the last. Per metric, and over every metric."""
+    last = len(fractions) - 1
+
+    def summary(curves: list[Sequence[str]]) -> dict[str, object]:
+        rows = []
+        for f in at:
+            early = [i for i in range(last + 1) if fractions[i] <= f + 1e-9]
+            if not early:
+                rows.append({"fraction": f, "point": None, "point_fraction": None, **_share(0, 0)})
+                continue
+            i = early[-1]
+            rows.append({"fraction": f, "point": i, "point_fraction": fractions[i],
+                         **_share(sum(c[i] == c[last] for c in curves), len(curves))})
+        every = _share(sum(c[i] == c[last] for c in curves for i in range(last)), len(curves) * last)
+        return {"at": rows, "every_point": every}
+
+    for metric, pairs in verdicts.items():
+        for pair, curve in pairs.items():
+            if len(curve) != len(fractions):
+                raise ValueError(f"{metric} {pair}: {len(curve)} verdicts for {len(fractions)} evaluation points")
+    out = {"by_metric": {m: summary(list(pairs.values())) for m, pairs in verdicts.items()}}
+    out.update(summary([c for pairs in verdicts.values() for c in pairs.values()]))
+    return out

@@ -21,4 +21,5 @@ def demo_data(args: argparse.Namespace) -> int:
     console.print(f"demo corpus written to {escape(args.dir)}")
     console.print_json(data=summary)
     console.print(f"run it with: tokenmill run {escape(args.dir)}/demo.yaml")
+    console.print(f"ablate its recipe (proxy models, CPU-sized): tokenmill ablate {escape(args.dir)}/ablate.yaml")
     return 0

@@ -14,7 +14,7 @@ import numpy as np
 from .catalog import SOURCES, FileSpec, SourceSpec, open_writer
 from .planted import write_demo_evalset
 from .sources import unique_texts
-from .config import CONFIG_NAME, TRAIN_NAME, write_config
+from .config import ABLATE_NAME, CONFIG_NAME, TRAIN_NAME, write_config
 from .quality import MODEL_FILES, QUALITY_NAME, train_quality, write_quality_config
 from .documents import DocumentMaker
 from .planted import PLANTERS, PlantContext, get_path
@@ -81,7 +81,8 @@ def write_demo_corpus(
     (out / GROUND_TRUTH_NAME).write_text(json.dumps(truth, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
     quality_files = [QUALITY_NAME, *MODEL_FILES] if classifier else []
-    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, TRAIN_NAME, *quality_files,
+    files = [f for s in summary_sources.values() for f in s["files"]] + [CONFIG_NAME, TRAIN_NAME, ABLATE_NAME,
+                                                                         *quality_files,
                                                                          GROUND_TRUTH_NAME, evalset]
     return {
         "out_dir": str(out),
