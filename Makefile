@@ -40,8 +40,8 @@ golden: $(STAMP)
 
 # Tests run in parallel (pytest-xdist: a process per core and one more, to use the time tests wait on their
 # subprocesses; each with its own Ray cluster; a test file's tests stay in one process, so its module fixtures are
-# built once; tests/conftest.py starts the longest files first): about 9 minutes for 1,858 tests on the 2-core
-# development machine (3 processes; 2: 9m50s, 4: 10m04s), about 30 in one process (TEST_WORKERS=0).
+# built once; tests/conftest.py starts the longest files first): 6m55s and 7m55s for 1,883 tests on the 2-core
+# development machine, quiet (3 processes); in one process (TEST_WORKERS=0) about 20, the summed test times.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: lint
@@ -56,7 +56,7 @@ test-faults: $(STAMP)
 	$(PYTEST) tests/faults tests/hostile -m ''
 
 # `make test`, then the long tests (-m long: end to end on the shared real data, exact resume after a kill, hangs
-# waited out, each over ~10 s alone): every behaviour's test, as CI (.ci/run) runs it. About 3 minutes more.
+# waited out, each over ~10 s alone): every behaviour's test, as CI (.ci/run) runs it. About 2.5 minutes more.
 test-all: test
 	$(PYTEST) -m long
 
