@@ -19,12 +19,7 @@ BOILERPLATE = ("Click here to subscribe to our newsletter. All rights reserved. 
 
 def clean_text(rng: np.random.Generator) -> str:
     """Five to nine sentences `<subject> <verb> <object> <ending> .`: a grammar a tiny model learns in a few steps."""
-    sentences = []
-    for _ in range(int(rng.integers(5, 10))):
-        parts = [SUBJECTS[rng.integers(len(SUBJECTS))], VERBS[rng.integers(len(VERBS))],
-                 OBJECTS[rng.integers(len(OBJECTS))], ENDINGS[rng.integers(len(ENDINGS))]]
-        sentences.append(" ".join(parts) + ".")
-    return " ".join(sentences).capitalize()
+    return domain_text(rng, (SUBJECTS, VERBS, OBJECTS, ENDINGS))
 
 
 def junk_text(rng: np.random.Generator, k: int) -> str:
@@ -88,6 +83,7 @@ DOMAINS = {
 
 
 def domain_text(rng: np.random.Generator, words) -> str:
+    """`clean_text`'s grammar over the given (subjects, verbs, objects, endings)."""
     subjects, verbs, objects, endings = words
     sentences = []
     for _ in range(int(rng.integers(5, 10))):
@@ -119,3 +115,15 @@ def write_mixture_corpus(root: Path, docs_per_source: int = 120, junk_docs: int 
                                     "valid_fraction": 0.1}}}
     (root / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     return root / "base.yaml"
+
+
+def assert_rerun_trains_nothing(ablation, runs: int) -> None:
+    """`tokenmill ablate` run again on a finished ablation (the tests' `ablation` fixture: root, config path, ...,
+    the first report's bytes): no run trained, all `runs` found finished, the report byte for byte the same."""
+    from tokenmill.ablate.ablation import run_ablation
+    from tokenmill.ablate.config import load_ablate_config
+
+    root, path, *_, first = ablation
+    again = run_ablation(load_ablate_config(path))
+    assert again["trained_now"] == 0 and again["found_finished"] == runs
+    assert (root / "ablation" / "report.json").read_bytes() == first

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.ablate.corpus import JUNK_SOURCE, write_ablation, write_corpus
+from tests.ablate.corpus import JUNK_SOURCE, assert_rerun_trains_nothing, write_ablation, write_corpus
 from tokenmill.ablate.ablation import run_ablation
 from tokenmill.ablate.config import load_ablate_config
 from tokenmill.ablate.stats import SAME, WORSE
@@ -62,10 +62,7 @@ def test_stages_are_shared_by_link_and_reported(ablation):
 
 
 def test_rerun_trains_nothing_and_gives_the_same_report_bytes(ablation):
-    root, path, _, _, first = ablation
-    again = run_ablation(load_ablate_config(path))
-    assert again["trained_now"] == 0 and again["found_finished"] == 9
-    assert (root / "ablation" / "report.json").read_bytes() == first
+    assert_rerun_trains_nothing(ablation, 9)
 
 
 def test_a_run_killed_mid_training_resumes_to_the_same_report(ablation):

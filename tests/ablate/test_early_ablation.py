@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.ablate.corpus import JUNK_SOURCE, write_ablation, write_corpus
+from tests.ablate.corpus import JUNK_SOURCE, assert_rerun_trains_nothing, write_ablation, write_corpus
 from tokenmill.ablate.ablation import jobs, prepare_heldout, run_ablation
 from tokenmill.ablate.config import load_ablate_config
 from tokenmill.ablate.layout import proxy_dir
@@ -60,10 +60,7 @@ def test_runs_trained_in_rounds_score_as_a_run_trained_in_one_go(ablation):
 
 
 def test_rerun_trains_nothing_and_gives_the_same_report_bytes(ablation):
-    root, path, _, _, first = ablation
-    again = run_ablation(load_ablate_config(path))
-    assert again["trained_now"] == 0 and again["found_finished"] == 9
-    assert (root / "ablation" / "report.json").read_bytes() == first
+    assert_rerun_trains_nothing(ablation, 9)
 
 
 def test_the_notebook_plots_the_curves_and_the_stop(ablation):

@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from tests.ablate.corpus import write_ablation, write_mixture_corpus
+from tests.ablate.corpus import assert_rerun_trains_nothing, write_ablation, write_mixture_corpus
 from tokenmill.ablate.ablation import run_ablation
 from tokenmill.ablate.config import load_ablate_config
 
@@ -67,10 +67,7 @@ def test_the_predicted_mixture_is_written_as_loader_weights_in_a_train_config(ab
 
 
 def test_rerun_trains_nothing_and_gives_the_same_report_bytes(ablation):
-    root, path, _, _, first = ablation
-    again = run_ablation(load_ablate_config(path))
-    assert again["trained_now"] == 0 and again["found_finished"] == 22
-    assert (root / "ablation" / "report.json").read_bytes() == first
+    assert_rerun_trains_nothing(ablation, 22)
 
 
 def test_the_notebook_plots_the_mixture_search(ablation):
