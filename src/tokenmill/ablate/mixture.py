@@ -98,17 +98,11 @@ def cross_validated_rank_correlation(weights: np.ndarray, losses: np.ndarray, pa
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation (average ranks for ties)."""
-    def ranks(x):
-        order = np.argsort(x, kind="stable")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x), dtype=np.float64)
-        for value in np.unique(x):  # ties share their mean rank
-            tied = x == value
-            r[tied] = r[tied].mean()
-        return r
+    """Spearman's rank correlation (average ranks for ties): scipy's, which lightgbm brings; NaN when either side is
+    constant."""
+    from scipy.stats import rankdata
 
-    ra, rb = ranks(np.asarray(a, dtype=np.float64)), ranks(np.asarray(b, dtype=np.float64))
+    ra, rb = rankdata(np.asarray(a, dtype=np.float64)), rankdata(np.asarray(b, dtype=np.float64))
     if ra.std() == 0 or rb.std() == 0:
         return math.nan
     return float(np.corrcoef(ra, rb)[0, 1])

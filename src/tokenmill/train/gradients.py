@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,7 +28,8 @@ def forward_backward(run: Run, step: int, micros: list[dict[str, torch.Tensor]] 
     ``seed_rank``; else the loader's next."""
     d = run.d
     loss_sum = torch.zeros((), device=d.device)
-    share = 0.0
+    # Only the fingerprints read it (a median per sample, every micro-batch): NaN, not measured, without them.
+    share = 0.0 if run.fingerprints is not None else math.nan
     batch = -1 if micros is None else run.step_batch
     if micros is None and run.keep_micros:
         run.step_micros = []
@@ -39,7 +41,8 @@ def forward_backward(run: Run, step: int, micros: list[dict[str, torch.Tensor]] 
         if run.sharded:
             run.model.set_requires_gradient_sync(m == run.accumulation - 1)
         positions = micro.get("position_ids")
-        share = max(share, top_token_share(micro["input_ids"]))  # before the copy to the device: no sync
+        if run.fingerprints is not None:  # before the copy to the device: no sync
+            share = max(share, top_token_share(micro["input_ids"]))
         with dropout_rng(run.cfg.seed, step, m, d.rank if seed_rank is None else seed_rank, d.device):
             with run.autocast():
                 loss = run.model(micro["input_ids"].to(d.device, non_blocking=True),
