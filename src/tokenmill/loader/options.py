@@ -16,9 +16,10 @@ class LoaderOptions(StrictModel):
     num_workers: int = Field(default=0, ge=0)
     """DataLoader worker processes building micro-batches ahead (0, the default: in this process). Building one is
     a copy out of the memory-mapped files, about 0.1 ms for 8 x 2048 tokens, and a worker's hand-over through shared
-    memory costs about 1 ms, so workers add nothing where reads are fast (`benchmarks/loader.py`: 2.37x nanoGPT's
-    loader with 0 workers, 0.92x with 2, on two cores). Use them where a read can stall the step: token files on a
-    network filesystem or a cold disk (from an object store the prefetch threads fetch ahead without them)."""
+    memory costs about 1 ms, so workers add little where reads are fast (`benchmarks/loader.py` on two quiet cores:
+    2.12x nanoGPT's loader with 0 workers, 2.39x with 2; on the same cores busy with other work, 2 fell below 0).
+    Use them where the step leaves CPU idle (a GPU step) or a read can stall it: token files on a network filesystem
+    or a cold disk (from an object store the prefetch threads fetch ahead without them)."""
     shuffle: bool = True
     """False serves each stream in order (samples 0, 1, 2, ...)."""
     shuffle_block: Union[Literal["file"], Annotated[StrictInt, Field(ge=1)], None] = None
