@@ -2,7 +2,7 @@
 
 Edit here, not in the .ipynb files, so that a change is a readable diff. Every notebook reads a run folder
 (`TOKENMILL_RUN`, default the demo run `make demo` writes) through `tokenmill.inspect`; training.ipynb reads a
-training output folder (`TOKENMILL_TRAIN`).
+training output folder (`TOKENMILL_TRAIN`), ablate.ipynb an ablation folder (`TOKENMILL_ABLATION`).
 """
 
 from __future__ import annotations
@@ -172,6 +172,107 @@ NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# The ablation notebook (issue 34): it reads an ablation folder's report.json (`TOKENMILL_ABLATION`), not a run
+# folder, so tests/inspect/test_notebooks.py leaves it out and tests/ablate/notebook.py executes it.
+ABLATION_NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
+    "ablate": [
+        ("md", "# `tokenmill ablate`: curves with their intervals, early stops, the mixture search\n\nReads an "
+               "ablation folder's `report.json` (`tokenmill ablate CONFIG` or `tokenmill ablate report DIR` writes "
+               "it). Set `TOKENMILL_ABLATION` to the folder (the ablation config's `output`)."),
+        ("code", '''\
+import json
+import os
+from pathlib import Path
+
+%matplotlib inline
+from matplotlib.figure import Figure
+
+ABLATION = Path(os.environ.get("TOKENMILL_ABLATION", "../build/ablation"))  # parameter: an ablation folder
+report = json.loads((ABLATION / "report.json").read_text())
+print(sorted(report))'''),
+        ("md", "## Each metric's curve per variant\n\nThe mean over seeds and its 95% interval at every evaluation "
+               "point, against training tokens; a variant stopped early ends at its stop (a cross)."),
+        ("code", '''\
+variants = report.get("variants", {})
+metrics = sorted(report.get("metrics", {}))
+figures = []
+for metric in metrics:
+    fig = Figure(figsize=(8, 3.5), layout="constrained")
+    ax = fig.subplots()
+    for k, (name, v) in enumerate(variants.items()):
+        curve = v["metrics"][metric]
+        x = [c["tokens"] for c in curve]
+        ax.plot(x, [c["mean"] for c in curve], color=f"C{k}", label=name)
+        ax.fill_between(x, [c["low"] for c in curve], [c["high"] for c in curve], color=f"C{k}", alpha=0.2)
+        if "stopped_at" in v:
+            ax.plot([x[-1]], [curve[-1]["mean"]], "x", color=f"C{k}", markersize=10)
+    direction = "lower is better" if report["metrics"][metric]["lower_is_better"] else "higher is better"
+    ax.set(title=f"{metric} ({direction})", xlabel="training tokens")
+    ax.legend()
+    figures.append(fig)
+    display(fig)
+print(f"{len(figures)} metric(s)")'''),
+        ("md", "## Each variant against the base\n\nThe difference (variant - base) and its paired bootstrap interval "
+               "at every point; the verdict holds where the band leaves 0."),
+        ("code", '''\
+comparisons = report.get("comparisons", {})
+for metric in metrics:
+    if not comparisons:
+        break
+    fig = Figure(figsize=(8, 3), layout="constrained")
+    ax = fig.subplots()
+    ax.axhline(0, color="grey", linewidth=1)
+    for k, (name, c) in enumerate(comparisons.items(), start=1):
+        points = c[metric]["points"]
+        x = [p["tokens"] for p in points]
+        ax.plot(x, [p["difference"] for p in points], color=f"C{k}", label=f"{name}: {c[metric]['verdict']}")
+        ax.fill_between(x, [p["low"] for p in points], [p["high"] for p in points], color=f"C{k}", alpha=0.2)
+    ax.set(title=f"{metric}: variant - {report['base']}", xlabel="training tokens")
+    ax.legend()
+    display(fig)'''),
+        ("md", "## Early stopping\n\nWhere each variant was stopped (or, with `apply: false`, would have been), the "
+               "compute saved, and the rule checked on the runs trained to the end."),
+        ("code", '''\
+es = report.get("early_stop")
+if es is None:
+    print("no early_stop block in this ablation")
+else:
+    print(f"rule on {es['metric']}, patience {es['patience']}, apply {es['apply']}; best at the end: {es['best_at_end']}")
+    for name, v in es["variants"].items():
+        where = f"step {v['step']} ({v['fraction_of_budget']:.0%}), saved {v['saved']['tokens']:,.0f} tokens" \\
+            if "step" in v else "trained to the end"
+        print(f"  {name}: {where}; final verdict against the best: {v['final_verdict_against_best']}")
+    for row in es["check"]:
+        print(f"  patience {row['patience']}: {row['would_stop']} of {row['runs_checked']} finished variants would "
+              f"stop, {row['wrong']} wrongly")'''),
+        ("md", "## Mixture search\n\nEach mixture run's target loss against each source's weight, the natural and "
+               "predicted weights, and the check's losses per seed."),
+        ("code", '''\
+m = report.get("mixture")
+if m is None:
+    print("no mixture block in this ablation")
+else:
+    sources = m["sources"]
+    fig = Figure(figsize=(3 * len(sources), 3), layout="constrained")
+    axes = fig.subplots(1, len(sources), sharey=True)
+    for ax, s in zip(axes, sources):
+        ax.scatter([r["weights"][s] for r in m["runs"]], [r["loss"] for r in m["runs"]], s=14)
+        ax.axvline(m["natural"][s], color="grey", linestyle="--", label="natural")
+        ax.axvline(m["predicted"][s], color="C3", label="predicted")
+        ax.set(title=s, xlabel="weight")
+    axes[0].set_ylabel("target bits per byte")
+    axes[0].legend()
+    display(fig)
+    arms = m["check"]["arms"]
+    for arm in ("natural", "predicted"):
+        loss = arms[arm]["loss"]
+        print(f"{arm}: {loss['mean']:.4f} [{loss['low']:.4f}, {loss['high']:.4f}] per seed {arms[arm]['per_seed']}")
+    d = m["check"]["difference"]
+    print(f"predicted - natural: {d['predicted_minus_natural']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]: {d['verdict']}")'''),
+    ],
+}
+
+
 def build(name: str, cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
     nb = new_notebook(cells=[new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells])
     nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
@@ -183,7 +284,7 @@ def build(name: str, cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
 
 def main(out_dir: Path = HERE) -> list[Path]:
     paths = []
-    for name, cells in NOTEBOOKS.items():
+    for name, cells in {**NOTEBOOKS, **ABLATION_NOTEBOOKS}.items():
         nb = build(name, cells)
         nbformat.validate(nb)
         path = out_dir / f"{name}.ipynb"

@@ -282,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--sort", metavar="COLUMN",
                          help="the n best and n worst documents by this score column (e.g. hq_score), kept and "
                               "dropped together, instead of random ones")
+    inspect.add_argument("--removed", action="store_true",
+                         help="the spans the subdoc stage removed, per source: the n most removed, each with the "
+                              "documents that held it and the one that kept it (--stage is not read)")
     inspect.set_defaults(func=cmd_inspect)
 
     ablate = sub.add_parser("ablate", help="train proxy models on variants of a run config and compare them, with "

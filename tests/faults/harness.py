@@ -20,7 +20,8 @@ from tokenmill.pipeline.manifest import check_conservation
 from tokenmill.pipeline.config import RunConfig, load_config
 from tokenmill.pipeline.config import build_stages
 
-STAGES = ["ingest", "sample", "clean", "dedup", "decontaminate", "tokenize"]
+STAGES = ["ingest", "sample", "clean", "dedup", "subdoc", "decontaminate", "tokenize"]
+"""Every stage of the small demo run, in pipeline order (`order`: subdoc 35, between dedup and decontaminate)."""
 FULL_TRIALS = int(os.environ.get("TOKENMILL_FAULTS_TRIALS", "20"))
 """Trials per stage and kill kind in the full suite (`make test-faults`); the variable shortens it for a look."""
 SEED = os.environ.get("TOKENMILL_FAULTS_SEED", "0")
@@ -46,14 +47,16 @@ def stage_params(fast: set[str]):
 
 
 def write_small_demo(root: Path) -> Path:
-    """The demo corpus at 40 documents per source, in shards of 20 documents, with a small tokenizer."""
+    """The demo corpus at 40 documents per source, in shards of 20 documents, with a small tokenizer, and the subdoc
+    stage (off in the demo) turned on with 4 partitions and `max_docs: 1`, so that it removes spans on this corpus."""
     from tokenmill.demo import write_demo_corpus
 
     write_demo_corpus(root, docs_per_source=40)
     config = root / "demo.yaml"
     text = config.read_text()
     for old, new in [("docs_per_shard: 500", "docs_per_shard: 20"),
-                     ("vocab_size: 4096, sample_docs: 2000", "vocab_size: 512, sample_docs: 200")]:
+                     ("vocab_size: 4096, sample_docs: 2000", "vocab_size: 512, sample_docs: 200"),
+                     ("  dedup: {}\n", "  dedup: {}\n  subdoc: {partitions: 4, max_docs: 1}\n")]:
         assert old in text, f"the demo config changed: {old!r} not found; update tests/faults/harness.py"
         text = text.replace(old, new)
     config.write_text(text)

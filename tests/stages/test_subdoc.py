@@ -1,5 +1,6 @@
 """The subdoc stage through the real runner (Ray): its three phases equal the one-process reference, code kept
-whole, too-short documents dropped with their reason, counts per source in the manifest, removed spans inspectable."""
+whole, too-short documents dropped with their reason, counts per source in the manifest, removed spans inspectable
+(`tokenmill.inspect.subdoc`, `tokenmill inspect --removed`), hostile inputs through the stage."""
 
 from __future__ import annotations
 
@@ -76,10 +77,16 @@ def reference(out: Path) -> dict[str, tuple[str, bool]]:
     return {d["id"]: (d["text"] if s else t, s) for d, t, s in zip(docs, out_texts, short)}
 
 
-def test_three_phases_equal_the_reference_and_report_per_source(ray_cluster, tmp_path):
-    config = corpus(tmp_path)
-    reports = run_into(config, tmp_path / "o")
-    out = tmp_path / "o"
+@pytest.fixture(scope="module")
+def subdoc_run(ray_cluster, tmp_path_factory):
+    """`corpus` through ingest and subdoc once for the module: (output folder, stage reports)."""
+    root = tmp_path_factory.mktemp("subdoc")
+    reports = run_into(corpus(root), root / "o")
+    return root / "o", reports
+
+
+def test_three_phases_equal_the_reference_and_report_per_source(subdoc_run):
+    out, reports = subdoc_run
     expected = reference(out)
     kept = {r["id"]: r["text"] for r in rows(out / "subdoc" / "shards")}
     dropped = {r["id"]: (r["text"], r["drop_reason"]) for r in rows(out / "subdoc" / "dropped")}
@@ -109,6 +116,45 @@ def test_three_phases_equal_the_reference_and_report_per_source(ray_cluster, tmp
     removed = rows(out / "subdoc" / "removed")
     assert len(removed) == 2 * 26 + 2 * 11 and {r["span"] for r in removed} == {NAV, BANNER, SIGNATURE, LICENSE}
     assert not any(r["id"].startswith("code") for r in removed)
+    # kept/: each repeated span once, in the shard of its first document, which was not dropped.
+    kept = {r["span"]: (r["id"], r["source"], r["docs"], r["dropped"]) for r in rows(out / "subdoc" / "kept")}
+    assert kept == {NAV: ("w0", "web", 27, False), BANNER: ("w0", "web", 27, False),
+                    SIGNATURE: ("f0", "forum", 12, False), LICENSE: ("f0", "forum", 12, False)}
+
+
+def test_removed_spans_are_inspectable_with_the_document_that_kept_them(subdoc_run, tmp_path, capsys):
+    import shutil
+
+    from tokenmill.cli import main
+    from tokenmill.errors import TokenmillError
+    from tokenmill.inspect import removed_span_summary, removed_spans
+
+    out, _ = subdoc_run
+    spans = removed_spans(out).to_pylist()
+    assert len(spans) == 2 * 26 + 2 * 11
+    assert {(r["span"], r["kept_by"], r["kept_by_source"]) for r in spans} == {
+        (NAV, "w0", "web"), (BANNER, "w0", "web"), (SIGNATURE, "f0", "forum"), (LICENSE, "f0", "forum")}
+    assert all(r["chars"] == len(r["span"]) and not r["kept_by_dropped"] for r in spans)
+    assert {r["id"] for r in spans if r["span"] == NAV} == {f"w{i}" for i in range(1, 24)} | {f"w-empty{i}"
+                                                                                             for i in range(3)}
+    summary = removed_span_summary(out)
+    assert list(summary) == ["forum", "web"]
+    web = {s["span"]: (s["removed_from"], s["docs"], s["kept_by"], s["example"]) for s in summary["web"]}
+    assert web == {NAV: (26, 27, "w0", "w-empty0"), BANNER: (26, 27, "w0", "w-empty0")}
+    assert [(s["span"], s["removed_from"], s["kept_by"]) for s in removed_span_summary(out, "forum", n=1)["forum"]] \
+        in ([(SIGNATURE, 11, "f0")], [(LICENSE, 11, "f0")])
+    assert removed_spans(out, source="nope").num_rows == 0
+    # The command prints each source's spans with the document that kept them.
+    assert main(["inspect", str(out), "--removed", "-n", "2", "--source", "web"]) == 0
+    printed = capsys.readouterr().out
+    assert NAV in printed and "w0 (web)" in printed and SIGNATURE not in printed
+    # Files that do not add up to the manifest's counts are refused, not read.
+    bad = tmp_path / "bad"
+    shutil.copytree(out / "subdoc", bad / "subdoc")
+    for gone in sorted((bad / "subdoc" / "removed").glob("*.parquet"))[:1]:
+        gone.unlink()
+    with pytest.raises(TokenmillError, match="manifest counts"):
+        removed_spans(bad)
 
 
 @pytest.mark.slow
@@ -118,3 +164,54 @@ def test_worker_count_does_not_change_bytes(ray_cluster, tmp_path):
     run_into(config, tmp_path / "w2", workers=2)
     a, b = tree(tmp_path / "w1", "subdoc"), tree(tmp_path / "w2", "subdoc")
     assert a == b and any(p.startswith("subdoc/removed/") for p in a)
+
+
+@pytest.mark.long
+def test_hostile_inputs_through_the_stage_lose_nothing(ray_cluster, tmp_path):
+    """A 5 MB one-line page and its copy, a source of empty and whitespace-only texts, CJK and Latin lines with CRLF
+    endings, and a first document dropped itself: every input document is kept or has a named drop reason."""
+    from tests.subdoc.test_hostile import one_line
+    from tokenmill.inspect import removed_spans
+    from tokenmill.stages.subdoc import SPAN_CHARS
+    from tokenmill.subdoc import normalize
+
+    big = one_line(5_000_000)
+    ad, tag = "Subscribe to our newsletter for weekly updates", "Posted in Uncategorized | Leave a comment here"
+    footer = "订阅 Newsletter 获取最新 updates：©2024 Example 公司 All rights reserved"
+    mixed = [{"id": "m0", "text": f"Real content of page zero, long enough to stay in the corpus.\n{ad}"},
+             {"id": "m1", "text": f"{tag}\n{ad}"},  # first for `tag`, loses `ad`, left too short: dropped
+             {"id": "m2", "text": f"{tag}\nAnother real page with enough words in it to be kept after removal."}]
+    mixed += [{"id": f"m{i}", "text": f"第{i}篇 article about 数据 pipelines, part {i} of the series 系列，内容很长，"
+                                      f"讲的是数据清洗。\r\n{footer}\r\n"} for i in range(3, 6)]
+    write_jsonl(tmp_path / "big" / "a.jsonl", [{"id": "b0", "text": big}, {"id": "b1", "text": big}])
+    write_jsonl(tmp_path / "empty" / "a.jsonl", [{"id": "e0", "text": ""}, {"id": "e1", "text": ""},
+                                                 {"id": "e2", "text": " \r\n\t\u3000\n"}])
+    write_jsonl(tmp_path / "mixed" / "a.jsonl", mixed)
+    sources = [{"name": n, "format": "jsonl", "paths": [f"{n}/*.jsonl"], "id_field": "id"}
+               for n in ("big", "empty", "mixed")]
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({
+        "output": "out", "seed": 1, "sources": sources,
+        "stages": {"subdoc": {"max_docs": 1, "min_doc_chars": 60, "partitions": 2}}}))
+    reports = run_into(tmp_path / "run.yaml", tmp_path / "o")
+    out = tmp_path / "o"
+    kept = {r["id"]: r["text"] for r in rows(out / "subdoc" / "shards")}
+    dropped = {r["id"]: (r["drop_reason"], r["text"]) for stage in ("ingest", "subdoc")
+               for r in rows(out / stage / "dropped")}
+    # Nothing lost: every input document kept or dropped with its reason, once.
+    assert not set(kept) & set(dropped)
+    assert set(kept) | set(dropped) == {"b0", "b1", "e0", "e1", "e2", *(d["id"] for d in mixed)}
+    assert {i: dropped[i][0] for i in ("e0", "e1", "e2")} == dict.fromkeys(("e0", "e1", "e2"), "empty_text")
+    assert kept["b0"] == big and dropped["b1"] == ("subdoc_too_short", big)  # dropped as it came
+    assert dropped["m1"] == ("subdoc_too_short", mixed[1]["text"]) and kept["m0"] == mixed[0]["text"]
+    assert kept["m2"] == mixed[2]["text"].split("\n", 1)[1]
+    assert kept["m3"] == mixed[3]["text"] and all(kept[f"m{i}"] == mixed[i]["text"].replace(f"{footer}\r\n", "")
+                                                  for i in (4, 5))
+    assert reports[-1].totals["drops"] == {"subdoc_too_short": 2}
+    # The 5 MB span is cut in removed/ and nowhere whole in the manifest; `tag` was kept by a dropped document.
+    spans = {r["id"]: r for r in removed_spans(out).to_pylist()}
+    assert spans["b1"]["chars"] == len(normalize(big)) and spans["b1"]["span"] == normalize(big)[:SPAN_CHARS]
+    assert (spans["m2"]["span"], spans["m2"]["kept_by"], spans["m2"]["kept_by_dropped"]) == (tag, "m1", True)
+    assert (out / "subdoc" / "manifest.json").stat().st_size < 200_000
+    # The source whose texts ingest dropped as empty reaches the stage as an empty shard, and leaves as one.
+    shards = json.loads((out / "subdoc" / "manifest.json").read_text())["content"]["shards"]
+    assert [(s["docs_in"], s["docs_out"]) for s in shards if s["source"] == "empty"] == [(0, 0)]

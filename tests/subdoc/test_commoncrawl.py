@@ -75,3 +75,13 @@ def test_navigation_and_footers_go_code_and_content_stay(ray_cluster, tmp_path):
             total += 1
             lost += copies[r["text"]] == 1 and normalize(line) not in kept
     assert total > 3000 and lost == 0
+    # Inspection: each removed span's first document (`kept_by`) holds it in the output, unless dropped itself.
+    from tokenmill.inspect import removed_spans
+
+    inspected = removed_spans(out).to_pylist()
+    assert len(inspected) == len(removed) == report["count"]["removals"]
+    assert not any(r["kept_by_dropped"] for r in inspected)  # no first document was dropped itself
+    for r in inspected:
+        assert r["kept_by"] != r["id"] and r["docs"] > 3
+        if not r["kept_by_dropped"] and r["chars"] == len(r["span"]):  # not cut
+            assert r["span"] in {normalize(line) for line in after[r["kept_by"]].split("\n")}, r

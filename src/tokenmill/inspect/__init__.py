@@ -13,6 +13,7 @@ from tokenmill.inspect.runs import DEFAULT_RUN, manifest, read_docs, run_dir, sc
 from tokenmill.inspect.samples import (before_after, cleaned_ids, drop_counts, escape_leaks, leak_summary, samples,
                                        samples_per_reason, samples_per_source)
 from tokenmill.inspect.scores import around_threshold, classifier_report, classifier_summary, ranked, score_columns
+from tokenmill.inspect.subdoc import removed_span_summary, removed_spans
 from tokenmill.inspect.tables import table
 from tokenmill.inspect.tokens import (decoded_samples, document_lengths, length_histogram, length_percentiles,
                                       token_counts, token_index)
@@ -24,6 +25,7 @@ __all__ = [
     "escape_leaks", "leak_summary",
     "ranked", "score_columns", "classifier_report", "classifier_summary", "around_threshold",
     "clusters", "cluster_sizes", "cluster_summary", "largest_clusters",
+    "removed_spans", "removed_span_summary",
     "token_index", "token_counts", "document_lengths", "length_histogram", "length_percentiles", "decoded_samples",
     "hits", "contamination_hits", "evalset_summary", "hit_examples",
     "training_metrics", "training_events", "event_documents", "loss_segments",

@@ -30,6 +30,10 @@ def print_samples(args: argparse.Namespace) -> int:
     from rich.panel import Panel
     from rich.text import Text
 
+    if getattr(args, "removed", False):
+        from tokenmill.inspect.subdoc import print_removed
+
+        return print_removed(args)
     if getattr(args, "sort", None):
         return print_ranked(args)
     rows = samples(args.run, stage=args.stage, source=args.source, n=args.n, seed=args.seed, dropped=args.dropped)

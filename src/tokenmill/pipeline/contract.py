@@ -181,7 +181,8 @@ class Stage(ABC):
 
     name: ClassVar[str]
     order: ClassVar[float]
-    """Position in the pipeline (ingest 0, sample 10, clean 20, dedup 30, decontaminate 40, tokenize 50)."""
+    """Position in the pipeline (ingest 0, sample 10, metadata_filter 15, clean 20, dedup 30, subdoc 35, decontaminate
+    40, tokenize 50)."""
     config_class: ClassVar[type[StageConfig]] = StageConfig
     """The stage's config model: `stages.<name>` in the run config."""
     paths: ClassVar[tuple[str, ...]] = ()

@@ -7,10 +7,13 @@ Three phases, none holding more than one shard or one partition of the span hash
 (b) `count`, per partition: the partition's row group of every shard's file; per hash, the distinct documents
     holding it and the first (smallest reference); for each hash held by more than `max_docs` documents, every
     (document, hash) but the first's, written as one file per partition with a row group per shard that holds
-    them: each apply task reads only its own removals.
+    them: each apply task reads only its own removals. The first documents' (document, hash) rows likewise, routed
+    to the first document's shard.
 (c) `apply`, per shard: the listed spans removed from their documents' text; a document left with less than
-    `min_doc_chars` characters (stripped) dropped as `subdoc_too_short`, its text in `dropped/` as it came; the
-    removed spans written beside the shard (`removed/<shard>.parquet`: id, source, hash, span) for inspection.
+    `min_doc_chars` characters (stripped) dropped as `subdoc_too_short`, its text in `dropped/` as it came. For
+    inspection (`tokenmill.inspect.subdoc`), beside the shard: `removed/<shard>.parquet` (id, source, hash, docs,
+    chars, span: each span a document lost) and `kept/<shard>.parquet` (the same for each span a document of the
+    shard kept for the others, and whether that document was dropped itself); the span cut to `SPAN_CHARS`.
 
 Document references are (shard index << 32 | row), the shard index counting the input shards sorted by (source,
 shard name): the first document of a span, and so every output byte, is the same whatever the worker count.
@@ -37,7 +40,7 @@ from tokenmill.pipeline import storage
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
 from tokenmill.pipeline.stats import text_bytes
-from tokenmill.subdoc import count_spans, doc_spans, remove_spans
+from tokenmill.subdoc import count_spans, doc_spans, remove_spans, span_texts
 from tokenmill.text.escapes import content_kind
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,9 @@ log = logging.getLogger(__name__)
 TOO_SHORT = "subdoc_too_short"
 TOP = 20
 """Spans named in the report (the most widely held removed spans, with examples of their text)."""
+SPAN_CHARS = 1000
+"""Characters of a span written to `removed/` and `kept/` (its length is in `chars`): a 5 MB line repeated across
+a thousand pages would otherwise be written a thousand times whole."""
 
 
 class SubdocConfig(StageConfig):
@@ -95,17 +101,44 @@ def _read_groups(ctx: TaskContext, refs: list[list[Any]], folder: str, columns: 
     return pa.concat_tables(parts) if parts else None
 
 
-def _where(results: Mapping[str, Any]) -> dict[str, list[list[Any]]]:
-    """Which (file key, row group) hold each group, from the tasks' `groups` lists (task keys sorted)."""
+def _where(results: Mapping[str, Any], field: str = "groups") -> dict[str, list[list[Any]]]:
+    """Which (file key, row group) hold each group, from the tasks' `field` lists (task keys sorted)."""
     found: dict[str, list[list[Any]]] = {}
     for key in sorted(results):
-        for index, group in enumerate(results[key]["groups"]):
+        for index, group in enumerate(results[key][field]):
             found.setdefault(str(group), []).append([key, index])
     return found
 
 
 def _sum(results: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, int]:
     return {n: int(sum(results[k].get(n, 0) for k in results)) for n in names}
+
+
+def _by_row(rows: pa.Table | None) -> dict[int, dict[int, int]]:
+    """{row in its shard: {hash: documents holding it}} from `_work` (doc, hash, docs) rows."""
+    out: dict[int, dict[int, int]] = {}
+    if rows is not None:
+        for doc, h, n in zip(*(rows.column(c).to_pylist() for c in ("doc", "hash", "docs"))):
+            out.setdefault(doc & 0xFFFFFFFF, {})[h] = n
+    return out
+
+
+class _SpanRows:
+    """Rows of a `removed/` or `kept/` file: id, source, hash, docs (documents holding the span), chars (its
+    normalised length), span (cut to `SPAN_CHARS`), and for `kept/` whether the document was dropped itself."""
+
+    def __init__(self, kept: bool = False) -> None:
+        names = ("id", "source", "hash", "docs", "chars", "span") + (("dropped",) if kept else ())
+        self.columns: dict[str, list] = {c: [] for c in names}
+
+    def add(self, doc_id: str, source: str, h: int, docs: int, span: str, dropped: bool | None = None) -> None:
+        for name, value in zip(self.columns, (doc_id, source, h, docs, len(span), span[:SPAN_CHARS], dropped)):
+            self.columns[name].append(value)
+
+    def parquet(self) -> bytes:
+        types = {"id": pa.string(), "source": pa.string(), "hash": pa.uint64(), "docs": pa.int64(),
+                 "chars": pa.int64(), "span": pa.string(), "dropped": pa.bool_()}
+        return parquet_bytes(pa.table({c: pa.array(v, types[c]) for c, v in self.columns.items()}))
 
 
 class Spans(Phase):
@@ -149,16 +182,18 @@ class Count(Phase):
         docs = rows.column("doc").to_numpy() if rows is not None else np.zeros(0, np.uint64)
         counted = count_spans(hashes, docs)
         repeated = counted.repeated(stage.config.max_docs)
-        # Every (doc, hash) row of a repeated hash but its first document's.
+        # Every (doc, hash) row of a repeated hash but its first document's; the first documents' rows apart.
         hit = np.zeros(hashes.size, bool)
+        held = np.zeros(hashes.size, np.int64)
+        first = np.zeros(hashes.size, bool)
         if repeated.hash.size:
             pos = np.minimum(np.searchsorted(repeated.hash, hashes), repeated.hash.size - 1)
-            hit = (repeated.hash[pos] == hashes) & (docs != repeated.first[pos])
-        out = pa.table({"doc": pa.array(docs[hit], pa.uint64()), "hash": pa.array(hashes[hit], pa.uint64())})
-        out = out.take(pc.sort_indices(out, sort_keys=[("doc", "ascending"), ("hash", "ascending")]))
-        shard = (out.column("doc").to_numpy() >> np.uint64(32)).astype(np.int64)
-        data, groups = _grouped_bytes(out, shard)
-        ctx.write(f"_work/remove/{task.key}.parquet", data)
+            repeat = repeated.hash[pos] == hashes
+            first = repeat & (docs == repeated.first[pos])
+            hit = repeat & ~first
+            held = repeated.count[pos]
+        out, groups = self._routed(ctx, "remove", task.key, docs[hit], hashes[hit], held[hit])
+        _, kept_groups = self._routed(ctx, "kept", task.key, docs[first], hashes[first], held[first])
         # The top spans, each with the shard of its second document (the first it is removed from): that shard's
         # apply task alone gives its text to the report, so the manifest holds one example per top span.
         top = []
@@ -166,11 +201,23 @@ class Count(Phase):
             second = int(docs[hit & (hashes == repeated.hash[i])].min())
             top.append([f"{int(repeated.hash[i]):016x}", int(repeated.count[i]), second >> 32])
         return {"distinct_spans": int(counted.hash.size), "repeated_spans": int(repeated.hash.size),
-                "removals": int(out.num_rows), "groups": groups, "top": top}
+                "removals": int(out.num_rows), "groups": groups, "kept_groups": kept_groups, "top": top}
+
+    @staticmethod
+    def _routed(ctx: TaskContext, folder: str, key: str, docs: np.ndarray, hashes: np.ndarray,
+                held: np.ndarray) -> tuple[pa.Table, list[int]]:
+        """(doc, hash, docs holding the hash) rows sorted, written to `_work/<folder>/<key>.parquet` with a row
+        group per shard of `doc`; the table and the shards in file order."""
+        out = pa.table({"doc": pa.array(docs, pa.uint64()), "hash": pa.array(hashes, pa.uint64()),
+                        "docs": pa.array(held, pa.int64())})
+        out = out.take(pc.sort_indices(out, sort_keys=[("doc", "ascending"), ("hash", "ascending")]))
+        data, groups = _grouped_bytes(out, (out.column("doc").to_numpy() >> np.uint64(32)).astype(np.int64))
+        ctx.write(f"_work/{folder}/{key}.parquet", data)
+        return out, groups
 
     def reduce(self, stage: "SubdocStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         top = sorted((t for k in sorted(results) for t in results[k]["top"]), key=lambda t: (-t[1], t[0]))[:TOP]
-        return {"shards": _where(results), "top": top,
+        return {"shards": _where(results), "kept": _where(results, "kept_groups"), "top": top,
                 **_sum(results, ("distinct_spans", "repeated_spans", "removals"))}
 
 
@@ -181,28 +228,27 @@ class Apply(ShardMap):
 
     def plan(self, stage: "SubdocStage", ctx: PlanContext) -> list[Task]:
         rank = {i: r for r, i in enumerate(_stable_order(ctx.input_shards))}
-        where = ctx.shared["count"]["shards"]
-        return [replace(t, params={**t.params, "rank": rank[i], "refs": where.get(str(rank[i]), [])})
+        where, kept = ctx.shared["count"]["shards"], ctx.shared["count"]["kept"]
+        return [replace(t, params={**t.params, "rank": rank[i], "refs": where.get(str(rank[i]), []),
+                                   "kept": kept.get(str(rank[i]), [])})
                 for i, t in enumerate(shard_tasks(ctx))]
 
     def map_shard(self, stage: "SubdocStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         cfg: SubdocConfig = stage.config
         received = text_bytes(table)
         source = task.params["source"]
-        rows = _read_groups(ctx, task.params["refs"], "_work/remove", ["doc", "hash"])
-        remove: dict[int, set[int]] = {}
-        if rows is not None:
-            for doc, h in zip(rows.column("doc").to_pylist(), rows.column("hash").to_pylist()):
-                remove.setdefault(doc & 0xFFFFFFFF, set()).add(h)
+        remove = _by_row(_read_groups(ctx, task.params["refs"], "_work/remove", ["doc", "hash", "docs"]))
+        keep = _by_row(_read_groups(ctx, task.params.get("kept", []), "_work/kept", ["doc", "hash", "docs"]))
         texts = table.column("text").to_pylist()
+        original = list(texts)
         reasons: list[str | None] = [None] * len(texts)
         ids = table.column("id").cast(pa.string()).to_pylist()
         top = {h for h, _, shard in ctx.shared["count"]["top"] if shard == task.params["rank"]}
         counts: Counter = Counter()
         examples: dict[str, str] = {}
-        removed_rows: dict[str, list] = {"id": [], "source": [], "hash": [], "span": []}
+        removed = _SpanRows()
         for row in sorted(remove):
-            result = remove_spans(texts[row], cfg.unit, cfg.min_chars, remove[row])
+            result = remove_spans(texts[row], cfg.unit, cfg.min_chars, set(remove[row]))
             if not result.spans_removed:
                 continue
             counts["docs_changed"] += 1
@@ -213,18 +259,18 @@ class Apply(ShardMap):
             else:
                 texts[row] = result.text
             for h, span in sorted(result.removed.items()):
-                removed_rows["id"].append(ids[row])
-                removed_rows["source"].append(source)
-                removed_rows["hash"].append(h)
-                removed_rows["span"].append(span)
+                removed.add(ids[row], source, h, remove[row][h], span)
                 if f"{h:016x}" in top:
-                    examples.setdefault(f"{h:016x}", span)
+                    examples.setdefault(f"{h:016x}", span[:SPAN_CHARS])
+        kept = _SpanRows(kept=True)
+        for row in sorted(keep):  # the first documents: the text they kept for every other holder
+            for h, span in sorted(span_texts(original[row], cfg.unit, cfg.min_chars, set(keep[row])).items()):
+                kept.add(ids[row], source, h, keep[row][h], span, dropped=reasons[row] is not None)
         if counts:
             table = table.set_column(table.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
-            ctx.write(f"removed/{task.key}.parquet", parquet_bytes(pa.table({
-                "id": pa.array(removed_rows["id"], pa.string()), "source": pa.array(removed_rows["source"], pa.string()),
-                "hash": pa.array(removed_rows["hash"], pa.uint64()), "span": pa.array(removed_rows["span"], pa.string()),
-            })))
+            ctx.write(f"removed/{task.key}.parquet", removed.parquet())
+        if keep:
+            ctx.write(f"kept/{task.key}.parquet", kept.parquet())
         stats = {"by_source": {source: dict(sorted(counts.items()))}} if counts else None
         if stats is not None and examples:
             stats["examples"] = [[h, s] for h, s in sorted(examples.items())]

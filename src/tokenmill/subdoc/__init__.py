@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import xxhash
 
 __all__ = ["Unit", "SEPARATORS", "split_spans", "normalize", "span_hash", "DocSpans", "doc_spans", "count_spans",
-           "Counted", "Removal", "remove_spans", "dedup_texts"]
+           "Counted", "Removal", "remove_spans", "span_texts", "dedup_texts"]
 
 Unit = Literal["lines", "paragraphs"]
 
@@ -50,8 +50,6 @@ SEPARATORS: dict[str, re.Pattern[str]] = {
 """What separates two spans: a newline; or a blank line (whitespace only), with the blank lines and indentation
 after it. A `\\r` before a newline stays in the span and normalisation strips it."""
 
-_SPACES = re.compile(r"\s+")
-
 
 def split_spans(text: str, unit: Unit) -> tuple[list[str], list[str]]:
     """(spans, separators): `spans[0] + separators[0] + spans[1] + ... + spans[-1] == text`."""
@@ -61,8 +59,11 @@ def split_spans(text: str, unit: Unit) -> tuple[list[str], list[str]]:
 
 
 def normalize(span: str) -> str:
-    """Stripped, with every run of whitespace (any Unicode space, tabs, `\\r`) one ASCII space; nothing else."""
-    return _SPACES.sub(" ", span).strip()
+    """Stripped, with every run of whitespace (any Unicode space, tabs, `\\r`) one ASCII space; nothing else.
+
+    `str.split()` cuts on exactly the characters `\\s` matches (`str.isspace`, `_WHITESPACE`), three times as fast as
+    a regex substitution on long lines."""
+    return " ".join(span.split())
 
 
 def span_hash(normalized: str) -> int:
@@ -169,7 +170,7 @@ def remove_spans(text: str, unit: Unit, min_chars: int, remove: set[int] | froze
     removed: dict[int, str] = {}
     n_removed = chars = 0
     for i, span in enumerate(spans):
-        norm = normalize(span)
+        norm = normalize(span) if len(span) >= min_chars else ""  # normalising never lengthens a span
         if len(norm) >= min_chars:
             h = span_hash(norm)
             if h in remove:
@@ -183,6 +184,18 @@ def remove_spans(text: str, unit: Unit, min_chars: int, remove: set[int] | froze
     if not n_removed:
         return Removal(text, 0, 0, {})
     return Removal("".join(out), n_removed, chars, removed)
+
+
+def span_texts(text: str, unit: Unit, min_chars: int, hashes: set[int] | frozenset[int]) -> dict[int, str]:
+    """The normalised text of each span of `text` whose hash is in `hashes` (spans under `min_chars` ignored)."""
+    found: dict[int, str] = {}
+    for span in split_spans(text, unit)[0]:
+        if len(span) >= min_chars:
+            norm = normalize(span)
+            h = span_hash(norm) if len(norm) >= min_chars else None
+            if h in hashes:
+                found.setdefault(h, norm)
+    return found
 
 
 def dedup_texts(texts: list[str], unit: Unit, *, min_chars: int, max_docs: int, min_doc_chars: int,
