@@ -34,3 +34,20 @@ def test_largest_clusters_side_by_side_with_jaccard(small_run):
         assert all(m["text"] for m in c["members"])
     short = largest_clusters(small_run, k=1, chars=20)
     assert all(len(m["text"]) <= 20 for m in short[0]["members"])
+
+
+def test_a_greedy_chain_that_keeps_two_is_one_cluster(monkeypatch):
+    """A~B~C without A~C: the greedy rule keeps A and C; the summary counts one cluster, not two, and counts the
+    component rule's removals under their own reason."""
+    import importlib
+
+    import pyarrow as pa
+
+    module = importlib.import_module("tokenmill.inspect.clusters")  # the package exports a function of that name
+
+    table = pa.table({"cluster": ["a", "a", "a", "d", "d"], "id": ["a", "b", "c", "d", "e"],
+                      "source": ["web"] * 5, "kept": [True, False, True, True, False],
+                      "reason": [None, "near_duplicate", None, None, "component_duplicate"]})
+    monkeypatch.setattr(module, "clusters", lambda run=None: table)
+    assert module.cluster_summary("unused") == [{"source": "web", "clusters": 2, "exact_duplicate": 0,
+                                                 "near_duplicate": 1, "component_duplicate": 1}]

@@ -29,15 +29,22 @@ def cluster_sizes(run=None) -> dict[int, int]:
 
 
 def cluster_summary(run=None) -> list[dict]:
-    """Per source of the kept document: clusters, exact and near duplicates removed."""
+    """Per source of the kept document: clusters, and duplicates removed by reason. A cluster is counted once, under
+    the source of its first kept member: under the greedy rule a chain can keep more than one."""
     rows = clusters(run).to_pylist()
-    kept_source = {r["cluster"]: r["source"] for r in rows if r["kept"]}
+    kept_source: dict = {}
+    for r in rows:
+        if r["kept"]:
+            kept_source.setdefault(r["cluster"], r["source"])
     out: dict[str, dict] = {}
+    counted: set = set()
     for r in rows:
         entry = out.setdefault(kept_source.get(r["cluster"], r["source"]),
-                               {"clusters": 0, "exact_duplicate": 0, "near_duplicate": 0})
+                               {"clusters": 0, "exact_duplicate": 0, "near_duplicate": 0, "component_duplicate": 0})
         if r["kept"]:
-            entry["clusters"] += 1
+            if r["cluster"] not in counted:
+                counted.add(r["cluster"])
+                entry["clusters"] += 1
         elif r["reason"] in entry:
             entry[r["reason"]] += 1
     return [{"source": s, **e} for s, e in sorted(out.items())]
