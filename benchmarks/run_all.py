@@ -89,6 +89,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("ablate_early", "ablate_early.py", quick=("--clean-docs", "100", "--steps", "20", "--patience", "1")),
     Benchmark("ablate_false_positives", "ablate_false_positives.py",
               quick=("--trials", "1", "--clean-docs", "100", "--steps", "10", "--fresh")),
+    Benchmark("object_store", "object_store.py", quick=("--docs-per-source", "20", "--sources", "web_en,books_en")),
 ]
 
 _RATIO_KEY = re.compile(r"ratio|_vs_")

@@ -1,8 +1,24 @@
-"""Task commits: data under a unique attempt name, moved into place, then a completion record.
+"""Task commits: a task's files, then a completion record naming them; the record is the commit.
 
-The record is the commit. A file in `shards/` without a record is an uncommitted leftover that
-the next attempt overwrites; a record names every file of its task with size and sha256, so a
-rerun can check that what it skips is really there.
+A record names every file of its task with size and sha256, so a rerun can check that what it skips is really there;
+readers go by records (the runner skips a task only with one, takes shard lists from them, and deletes the files in
+`shards/` and `dropped/` that no record names).
+
+- Local disk: each file under a unique attempt folder (`_work/tmp/<phase>/<task>/<attempt>/`), renamed into place at
+  commit (atomic), then the record (a temporary name renamed). A kill leaves either nothing under the final names
+  or, midway through the renames, files the next attempt writes again.
+- Object store (S3, GCS): each file written once, under its final name, one PUT each; the record one more PUT, the
+  one atomic step. No temporary names, no copies, no deletes, no folder markers: on S3 a rename is a copy and a
+  delete (plus pyarrow's parent markers), about 5 requests per file for nothing a reader needs. An object under its
+  final name without a record is invisible to everything that goes by records, and the next attempt of its task
+  writes it again: tasks are deterministic (same name, same bytes), and a single-object PUT is atomic, so a reader
+  of a phase's folder never sees half an object (S3 and GCS are strongly consistent for reads and listings after a
+  PUT). This is how datatrove writes through fsspec to a bucket (each output file once, under its name, then the
+  rank's empty `completions/<rank>` file, `executor/base.py`) and how MosaicML Streaming uploads its shards (each
+  shard once, then `index.json`, which readers trust).
+
+Which tasks of a phase are committed comes from listings (`committed_records`: the records folder once, the stage
+folder's sizes once), not a lookup per task and file.
 """
 
 from __future__ import annotations
@@ -46,9 +62,19 @@ class TaskWriter:
     def tmp_dir(self) -> str:
         return storage.join(tmp_root(self.stage_dir, self.phase, self.task_key), self.attempt)
 
+    @property
+    def direct(self) -> bool:
+        """Files go straight to their final names (an object store), not under this attempt's folder first."""
+        return storage.is_object_store(self.fs)
+
+    def _path(self, relpath: str) -> str:
+        """Where this attempt writes `relpath`: its final name on an object store, under the attempt folder locally."""
+        return storage.join(self.stage_dir if self.direct else self.tmp_dir, relpath)
+
     def write(self, relpath: str, data: bytes) -> None:
-        """Write one output file (path relative to the stage folder) under this attempt's name."""
-        path = storage.join(self.tmp_dir, relpath)
+        """Write one output file (path relative to the stage folder): under this attempt's name on local disk, under
+        its final name (one PUT) on an object store."""
+        path = self._path(relpath)
         try:
             faults.before_write(self.stage_dir, self.phase, self.task_key, relpath, path)  # tests only; inert when off
             storage.write_bytes(self.fs, path, data)
@@ -65,11 +91,13 @@ class TaskWriter:
 
         The link goes under this attempt's name and moves into place at commit, as a written file does; committed
         files are never rewritten in place (writes go to new names, then move), so the two names keep their bytes.
+        On an object store the copy goes to the final name (one server-side copy, no bytes through the worker).
         """
-        path = storage.join(self.tmp_dir, relpath)
+        path = self._path(relpath)
         try:
             faults.before_write(self.stage_dir, self.phase, self.task_key, relpath, path)  # tests only; inert when off
-            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            if not self.direct:
+                self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
             try:
                 if isinstance(self.fs, pafs.LocalFileSystem):
                     os.link(source, path)
@@ -92,6 +120,8 @@ class TaskWriter:
         for i, relpath in enumerate(sorted(self.written)):
             if i == 1:
                 faults.point("mid_commit", self.stage_dir, self.phase, self.task_key)
+            if self.direct:
+                continue  # already under its final name
             final = storage.join(self.stage_dir, relpath)
             self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
             self.fs.move(storage.join(self.tmp_dir, relpath), final)
@@ -108,8 +138,9 @@ class TaskWriter:
         path = record_path(self.stage_dir, self.phase, self.task_key)
         storage.write_json_atomic(self.fs, path, record, self.attempt)
         faults.point("after_record", self.stage_dir, self.phase, self.task_key)
-        # Leftovers of this task's killed attempts go with the commit.
-        storage.remove_tree(self.fs, tmp_root(self.stage_dir, self.phase, self.task_key))
+        if not self.direct:
+            # Leftovers of this task's killed attempts go with the commit (an object store's attempts write none).
+            storage.remove_tree(self.fs, tmp_root(self.stage_dir, self.phase, self.task_key))
         return record
 
 
@@ -133,15 +164,34 @@ def _write_error(err: OSError, what: str) -> OSError:
     return OSError(err.errno, f"{what}: {reason}") if err.errno is not None else OSError(f"{what}: {reason}")
 
 
-def committed_record(fs: pafs.FileSystem, stage_dir: str, phase: str, task_key: str, stage_key: dict) -> dict | None:
-    """The task's completion record if it is committed under this key and its files are all there."""
+def committed_record(fs: pafs.FileSystem, stage_dir: str, phase: str, task_key: str, stage_key: dict,
+                     sizes: dict[str, int] | None = None) -> dict | None:
+    """The task's completion record if it is committed under this key and its files are all there (their sizes from
+    `sizes`, a listing of the stage folder, when given; else one lookup per file)."""
     record = storage.read_json(fs, record_path(stage_dir, phase, task_key))
     if not record or record.get("key") != stage_key:
         return None
     for f in record["files"]:
-        if storage.file_size(fs, storage.join(stage_dir, f["path"])) != f["bytes"]:
+        path = storage.join(stage_dir, f["path"])
+        size = storage.file_size(fs, path) if sizes is None else sizes.get(path)
+        if size != f["bytes"]:
             return None
     return record
+
+
+def committed_records(fs: pafs.FileSystem, stage_dir: str, phase: str, task_keys: list[str], stage_key: dict
+                      ) -> dict[str, dict]:
+    """{task key: record} of the tasks of a phase committed under this key with their files all there.
+
+    Two listings, not a request per task and file: the phase's records folder (a task without a record is not
+    read at all: on a fresh phase nothing is), then, only if some record is there, the stage folder's file sizes."""
+    present = {path.rsplit("/", 1)[-1] for path in storage.list_files(fs, records_dir(stage_dir, phase), ".json")}
+    wanted = [k for k in task_keys if f"{k}.json" in present]
+    if not wanted:
+        return {}
+    sizes = storage.file_sizes(fs, stage_dir)
+    found = {k: committed_record(fs, stage_dir, phase, k, stage_key, sizes) for k in wanted}
+    return {k: r for k, r in found.items() if r is not None}
 
 
 def damaged_files(fs: pafs.FileSystem, stage_dir: str, stage_key: dict) -> list[str]:
@@ -152,7 +202,8 @@ def damaged_files(fs: pafs.FileSystem, stage_dir: str, stage_key: dict) -> list[
     """
     from tokenmill.pipeline.manifest import unsafe_path
 
-    damaged = []
+    damaged: list[str] = []
+    sizes: dict[str, int] | None = None  # the stage folder listed once, when the first record is read
     for phase_dir in storage.list_tree(fs, storage.join(stage_dir, "_work", "commits")):
         if phase_dir.type != pafs.FileType.Directory:
             continue
@@ -164,7 +215,9 @@ def damaged_files(fs: pafs.FileSystem, stage_dir: str, stage_key: dict) -> list[
                 if unsafe_path(f.get("path")) is not None:
                     damaged.append(f"{f.get('path')!r:.200} ({unsafe_path(f.get('path'))}; the record was edited)")
                     continue
-                size = storage.file_size(fs, storage.join(stage_dir, f["path"]))
+                if sizes is None:
+                    sizes = storage.file_sizes(fs, stage_dir)
+                size = sizes.get(storage.join(stage_dir, f["path"]))
                 if size != f["bytes"]:
                     why = "missing" if size is None else f"{size} bytes, committed {f['bytes']}"
                     damaged.append(f"{f['path']} ({why})")

@@ -21,8 +21,8 @@ finish. Without `once` the kill fires on every matching attempt. A write error f
 write: a full disk or a permission error does not go away on a retry.
 
 Points inside a task, in order (`POINTS`): `start` (before the phase runs), `written` (after the task's first
-file is written under its attempt folder), `before_commit` (the phase returned, nothing moved yet),
-`mid_commit` (the first file moved into place, the others not; the same as `before_record` for a task with
+file is written under its attempt folder; on an object store, under its final name), `before_commit` (the phase
+returned, nothing moved yet), `mid_commit` (the first file moved into place, the others not; the same as `before_record` for a task with
 one file), `before_record` (every file moved, no completion record), `after_record` (the record written, the
 attempt folder not yet removed) and `end` (committed; the result not yet returned to the driver).
 

@@ -27,7 +27,7 @@ from tokenmill.pipeline.manifest import (
 )
 from tokenmill.pipeline import runfolder, storage
 from tokenmill.pipeline.columns import check_chain
-from tokenmill.pipeline.commit import committed_record, damaged_files, record_path
+from tokenmill.pipeline.commit import committed_records, damaged_files, record_path
 from tokenmill.pipeline.config import RunConfig, build_stages
 from tokenmill.pipeline.contract import DriverPhase, PlanContext, ShardsResult, SourceStage, Stage
 from tokenmill.documents import canonical_json, digest
@@ -325,17 +325,10 @@ def _round_stats(earlier: dict[str, float] | None, phase_started: float, done: d
 
 def _split_committed(fs, stage_dir: str, phase: str, tasks: list, key: dict) -> tuple[dict[str, dict], list]:
     """({task key: completion record} of the tasks committed under `key`, their paths checked; the tasks to run)."""
-    records: dict[str, dict] = {}
-    todo = []
-    for task in tasks:
-        record = committed_record(fs, stage_dir, phase, task.key, key)
-        if record is not None:
-            _check_record_paths(record, record_path(stage_dir, phase, task.key))
-        if record is None:
-            todo.append(task)
-        else:
-            records[task.key] = record
-    return records, todo
+    records = committed_records(fs, stage_dir, phase, [t.key for t in tasks], key)
+    for task_key, record in records.items():
+        _check_record_paths(record, record_path(stage_dir, phase, task_key))
+    return records, [t for t in tasks if t.key not in records]
 
 
 def _report(stage: Stage, stats: dict[str, Any] | None, reduced: Mapping[str, Any]) -> dict[str, Any] | None:

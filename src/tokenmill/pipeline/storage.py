@@ -18,7 +18,7 @@ def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
     Raises `uris.UriError` for a URI with credentials in it or without a bucket, naming it redacted: pyarrow would
     take the credentials, and its errors quote the URI whole."""
     if "://" in uri:
-        return pafs.FileSystem.from_uri(uris.check_uri(uri))
+        return uris.from_uri(uris.check_uri(uri))
     return pafs.LocalFileSystem(), uri
 
 
@@ -35,7 +35,26 @@ def file_size(fs: pafs.FileSystem, path: str) -> int | None:
     return info.size if info.type == pafs.FileType.File else None
 
 
+OBJECT_STORES = ("s3", "gcs")
+"""pyarrow's `type_name` of the object stores: no folders, no rename, and one PUT of an object is atomic."""
+
+
+def is_object_store(fs: pafs.FileSystem) -> bool:
+    """Whether `fs` is an object store (S3, GCS; a sub-tree of one): what `write_bytes` and `commit.TaskWriter`
+    write straight to final names. Anything else (local disk, a sub-tree of it) keeps folders and renames."""
+    if isinstance(fs, pafs.SubTreeFileSystem):
+        return is_object_store(fs.base_fs)
+    return fs.type_name in OBJECT_STORES
+
+
 def write_bytes(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write a file whole. On an object store one PUT (a multipart upload for a large one), which readers see whole
+    or not at all, and no folder markers: an object store's folders are key prefixes, listed without them (pyarrow's
+    `create_dir` would write an empty `folder/` object per level, after a HEAD per level)."""
+    if is_object_store(fs):
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        return
     parent = path.rsplit("/", 1)[0]
     fs.create_dir(parent, recursive=True)
     with fs.open_output_stream(path) as out:
@@ -58,12 +77,13 @@ def read_json(fs: pafs.FileSystem, path: str) -> Any | None:
 
 
 def write_json_atomic(fs: pafs.FileSystem, path: str, value: Any, tmp_suffix: str) -> None:
-    """Write JSON under a unique temporary name, then move it into place.
-
-    On local disk the move is an atomic rename; on an object store the single PUT of a small
-    object is itself atomic, so readers never see half a record either way.
-    """
+    """Write JSON so that readers see all of it or none: on local disk under a unique temporary name, then an atomic
+    rename into place; on an object store one PUT under its name (a single-object PUT is atomic, and S3 and GCS read
+    it back and list it at once after, strongly consistent), with no temporary object to copy and delete."""
     data = (json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    if is_object_store(fs):
+        write_bytes(fs, path, data)
+        return
     tmp = f"{path}.{tmp_suffix}.tmp"
     write_bytes(fs, tmp, data)
     fs.move(tmp, path)
@@ -116,6 +136,12 @@ def local_entries(path: str, recursive: bool = False) -> Iterator[os.DirEntry]:
             yield entry
             if recursive and entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
+
+
+def file_sizes(fs: pafs.FileSystem, path: str) -> dict[str, int]:
+    """{path: size} of every plain file below a folder, from one recursive listing (on an object store a request per
+    thousand objects, not a HEAD per file); never through a link."""
+    return {i.path: i.size for i in list_tree(fs, path, recursive=True) if i.type == pafs.FileType.File}
 
 
 def list_files(fs: pafs.FileSystem, path: str, suffix: str = "") -> list[str]:

@@ -127,12 +127,45 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 
     The filesystem is made from the bucket alone, so a key need not parse as a URI (spaces, `[`, `%`). Raises
     ValueError for a scheme tokenmill does not read sources from."""
-    import pyarrow.fs as pafs  # here, not at the top: `display_uri` serves the CLI where pyarrow may be absent
-
     scheme, rest = _split(_known(uri))
     bucket = rest.split("/", 1)[0]
-    fs, _ = pafs.FileSystem.from_uri(f"{scheme}{bucket}")
+    fs, _ = from_uri(f"{scheme}{bucket}")
     return fs, rest.rstrip("/")
+
+
+EMULATOR_HOST = "STORAGE_EMULATOR_HOST"
+"""The variable Google's clients read for a GCS emulator (`http://127.0.0.1:9023`): when set, `gs://` goes there,
+anonymously. pyarrow's `from_uri` does not read it (it would look for Google credentials and a metadata server)."""
+EMULATOR_RETRY_S = 10.0
+"""How long pyarrow's GCS client retries a failing request to an emulator (its default is 15 minutes)."""
+
+
+def gcs_filesystem(endpoint: str) -> pafs.FileSystem:
+    """pyarrow's GcsFileSystem on a GCS emulator at `endpoint` (`http://host:port`), anonymous."""
+    import datetime
+
+    import pyarrow.fs as pafs
+
+    scheme, _, host = endpoint.rpartition("://")
+    return pafs.GcsFileSystem(anonymous=True, scheme=scheme or "http", endpoint_override=host.rstrip("/"),
+                              project_id="tokenmill", retry_time_limit=datetime.timedelta(seconds=EMULATOR_RETRY_S))
+
+
+def from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """`pyarrow.fs.FileSystem.from_uri`, except that a `gs://` URI goes to the emulator `STORAGE_EMULATOR_HOST`
+    names when it is set, and an `s3://` one writes a small object with one PUT (`allow_delayed_open`: pyarrow
+    otherwise opens a multipart upload for every object, three requests where one does; a large object still goes
+    up in parts). Every filesystem of a source, an output or a run folder is made here."""
+    import pyarrow.fs as pafs
+
+    endpoint = os.environ.get(EMULATOR_HOST)
+    if uri.startswith("gs://") and endpoint:
+        return gcs_filesystem(endpoint), uri.removeprefix("gs://").rstrip("/")
+    if uri.startswith("s3://") and "?" not in uri:
+        rest = uri.removeprefix("s3://")
+        fs, _ = pafs.FileSystem.from_uri(f"s3://{rest.split('/', 1)[0]}?allow_delayed_open=true")
+        return fs, rest.rstrip("/")
+    return pafs.FileSystem.from_uri(uri)
 
 
 def _unreachable(uri: str, err: OSError) -> SourceListingError:
@@ -341,6 +374,7 @@ def object_sha256(uri: str) -> str:
 
 
 def storage_env() -> dict[str, str]:
-    """The driver's `AWS_*` environment variables: what a Ray worker started before they were set needs to reach
-    the same store (endpoint, region, credentials). Only these travel with tasks, nothing else of the environment."""
-    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    """The driver's `AWS_*` environment variables and its GCS emulator (`STORAGE_EMULATOR_HOST`): what a Ray worker
+    started before they were set needs to reach the same store (endpoint, region, credentials). Only these travel
+    with tasks, nothing else of the environment."""
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k == EMULATOR_HOST}
