@@ -14,6 +14,7 @@ from tokenmill.dedup.clusters import components
 from tokenmill.dedup.decisions import Decisions, merge_runs, merge_summaries
 from tokenmill.dedup.distributed_components import (SplitWriter, adjacency, components_in_rounds, contract, labels,
                                                     lookup, owner, parts_for, read_part, split_bytes, star_round)
+from tokenmill.dedup.keep_rules import stands_for
 
 
 def refs(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -178,7 +179,7 @@ def _decisions(rng: np.random.Generator) -> tuple[Decisions, pa.Array, pa.Array]
     code[np.searchsorted(nodes, comp)] = 2  # roots kept
     by = np.searchsorted(nodes, comp)
     decided = Decisions(nodes, comp, code, by, rng.random(nodes.size), np.searchsorted(nodes, comp), code != 2,
-                        np.lexsort((nodes, comp)))
+                        np.lexsort((nodes, comp)), stands_for(code != 2, by), {})
     ids = pa.array([f"d{int(n)}" for n in nodes])
     sources = pa.array([["web", "forum", "books"][int(n) % 3] for n in nodes])
     return decided, ids, sources
@@ -195,9 +196,9 @@ def test_clusters_tasks_runs_and_summaries_merge_into_the_single_task_file_and_s
     for t in range(5):
         mine = np.flatnonzero(task == t)
         part = Decisions.of(decided.nodes[mine], decided.comp[mine], [])
-        part = Decisions(decided.nodes[mine], decided.comp[mine], decided.code[mine],
-                         np.searchsorted(decided.nodes[mine], decided.nodes[decided.by[mine]]),
-                         decided.jaccard[mine], part.root, decided.dropped[mine], part.order)
+        by = np.searchsorted(decided.nodes[mine], decided.nodes[decided.by[mine]])
+        part = Decisions(decided.nodes[mine], decided.comp[mine], decided.code[mine], by, decided.jaccard[mine],
+                         part.root, decided.dropped[mine], part.order, stands_for(decided.dropped[mine], by), {})
         table = part.clusters_table(ids.take(pa.array(mine)), sources.take(pa.array(mine)))
         table = table.append_column("comp", pa.array(part.comp[part.order], pa.uint64()))
         runs.append(iter(table.to_batches(max_chunksize=7)))

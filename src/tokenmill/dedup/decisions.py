@@ -1,6 +1,7 @@
 """The keep/drop decisions over duplicate components, as arrays aligned with the sorted nodes: the visit order
-from the `keep` rules, the choice over a batch of edges, and the columns of the decision files, of
-``clusters.parquet`` and of the per-source cluster sizes. Pure functions over Arrow tables and numpy arrays."""
+from the `keep` rules, the choice over a batch of edges (greedy; the component rule and cluster sizes from
+`keep_rules`), and the columns of the decision files, of ``clusters.parquet`` and of the per-source cluster sizes.
+Pure functions over Arrow tables and numpy arrays."""
 
 from __future__ import annotations
 
@@ -12,15 +13,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenmill.dedup.clusters import greedy_drops
+from tokenmill.dedup.keep_rules import one_per_component, removal_counts, stands_for
 
 __all__ = ["CLUSTERS_SCHEMA", "REASONS", "Decisions", "decide", "merge_runs", "merge_summaries", "rank"]
 
-REASONS = pa.array(["exact_duplicate", "near_duplicate", None], pa.string())
-"""Decision codes: 0 and 1 index these reasons, 2 (kept) a null."""
-KEPT = 2
+REASONS = pa.array(["exact_duplicate", "near_duplicate", "component_duplicate", None], pa.string())
+"""Decision codes: 0, 1 and 2 index these reasons, 3 (kept) a null. 2 only under the component rule."""
+COMPONENT = 2
+KEPT = 3
+GREEDY_CODES = (0, 1)
+"""The codes of what the greedy rule removes."""
 CLUSTERS_SCHEMA = pa.schema({"cluster": pa.string(), "id": pa.string(), "source": pa.string(), "kept": pa.bool_(),
-                             "reason": pa.string(), "removed_by": pa.string(), "jaccard": pa.float64()})
-"""``clusters.parquet``'s columns."""
+                             "reason": pa.string(), "removed_by": pa.string(), "jaccard": pa.float64(),
+                             "cluster_size": pa.int64()})
+"""``clusters.parquet``'s columns (`cluster_size`: the documents a kept member stands for, null for a removed
+one; `tokenmill.dedup.keep_rules`)."""
 
 
 def rank(keep: list[str], members: pa.Table, nodes: np.ndarray) -> np.ndarray:
@@ -70,27 +77,40 @@ class Decisions:
     """Each node's component root as an index into `nodes`."""
     dropped: np.ndarray
     order: np.ndarray
+    size: np.ndarray
+    """Each node's cluster size: the documents it stands for when kept, 0 when removed (`keep_rules.stands_for`)."""
+    removals: dict
+    """Documents the greedy and the component rule remove from these components (`keep_rules.removal_counts`)."""
 
     @classmethod
-    def of(cls, nodes: np.ndarray, comp: np.ndarray, found: Iterable[tuple[np.ndarray, ...]]) -> "Decisions":
-        """The decisions of every batch (`decide`'s results) over the nodes and components of `component_index`."""
+    def of(cls, nodes: np.ndarray, comp: np.ndarray, found: Iterable[tuple[np.ndarray, ...]],
+           component_rank: np.ndarray | None = None) -> "Decisions":
+        """The decisions of every batch (`decide`'s results) over the nodes and components of `component_index`;
+        with `component_rank` (each node's visit rank), the component rule on top (`keep_rules`)."""
         code = np.full(nodes.size, KEPT, np.int8)
         by = np.zeros(nodes.size, np.int64)
         jaccard = np.zeros(nodes.size, np.float64)
         for gone, reason, kept_by, sims in found:
             at = np.searchsorted(nodes, gone)
             code[at], by[at], jaccard[at] = reason, np.searchsorted(nodes, kept_by), sims
-        return cls(nodes, comp, code, by, jaccard, np.searchsorted(nodes, comp), code != KEPT,
-                   np.lexsort((nodes, comp)))
+        root = np.searchsorted(nodes, comp)
+        removals = removal_counts(code, root, GREEDY_CODES)
+        if component_rank is not None:
+            code, by, _ = one_per_component(code, by, root, component_rank, KEPT, COMPONENT)
+        dropped = code != KEPT
+        return cls(nodes, comp, code, by, jaccard, root, dropped, np.lexsort((nodes, comp)), stands_for(dropped, by),
+                   removals)
 
     def columns(self, ids: pa.Array, rows: np.ndarray) -> dict[str, pa.Array]:
         """reason, kept_by, jaccard and cluster (ids: the document id of each node) of the nodes at `rows`."""
         drop = self.dropped[rows]
+        # A component duplicate has no verified edge to the document that removed it: no Jaccard.
         return {
             "reason": REASONS.take(pa.array(self.code[rows], pa.int8())),
             "kept_by": ids.take(pa.array(self.by[rows], pa.int64(), mask=~drop)),
-            "jaccard": pa.array(self.jaccard[rows], pa.float64(), mask=~drop),
+            "jaccard": pa.array(self.jaccard[rows], pa.float64(), mask=~drop | (self.code[rows] == COMPONENT)),
             "cluster": ids.take(pa.array(self.root[rows], pa.int64())),
+            "cluster_size": pa.array(self.size[rows], pa.int64(), mask=drop),
         }
 
     def by_shard(self) -> Iterator[tuple[int, np.ndarray]]:
@@ -102,7 +122,8 @@ class Decisions:
             yield int(shard_of[start]), np.arange(start, stop)
 
     def shard_table(self, ids: pa.Array, rows: np.ndarray) -> pa.Table:
-        """One input shard's decision file: (doc, reason, kept_by, jaccard, cluster) of its nodes at `rows`."""
+        """One input shard's decision file: (doc, reason, kept_by, jaccard, cluster, cluster_size) of its nodes at
+        `rows`."""
         return pa.table({"doc": pa.array(self.nodes[rows], pa.uint64()), **self.columns(ids, rows)})
 
     def clusters_table(self, ids: pa.Array, sources: pa.Array) -> pa.Table:
@@ -117,6 +138,7 @@ class Decisions:
             "reason": cols["reason"],
             "removed_by": cols["kept_by"],
             "jaccard": cols["jaccard"],
+            "cluster_size": cols["cluster_size"],
         })
 
     def summary(self, sources: pa.Array) -> dict:

@@ -40,6 +40,17 @@ class DedupConfig(StageConfig):
     costs at most 2 k times this. Pairs left undecided are counted (`pairs_not_verified`)."""
     keep: list[Literal["longest", "shortest", "lowest_id"]] = ["longest", "lowest_id"]
     """Which document of a cluster is kept: rules in order, ties broken by the next (then by id)."""
+    against: list[str] = []
+    """Finished runs (their output folders: paths against the config file's folder, or URIs) to deduplicate against
+    without recomputing them: a document of this run that is an exact or verified near duplicate of a document an
+    earlier run kept is removed (`exact_duplicate_of_earlier_run`, `near_duplicate_of_earlier_run`), the earlier one
+    wins; the rest are deduplicated as usual. Each run must hold a finished dedup stage made with the same num_perm,
+    bands/rows, shingle sizes and minhash_seed (checked by `validate` and before any work; see docs/dedup.md)."""
+    keep_rule: Literal["greedy", "component"] = "greedy"
+    """greedy: a document is removed only with a verified edge above the threshold to a kept one (in a chain A~B~C
+    without A~C, A and C stay); component: one document kept per connected component of the verified edges, the
+    others removed as `component_duplicate` (datatrove's and NeMo Curator's rule). The report counts what both
+    remove, whichever is applied (`tokenmill.dedup.keep_rules`)."""
 
     @model_validator(mode="after")
     def _bands_fit(self) -> "DedupConfig":

@@ -1,4 +1,4 @@
-"""The dedup stage in nine phases, each a set of tasks with bounded memory; no task holds the corpus.
+"""The dedup stage in ten phases, each a set of tasks with bounded memory; no task holds the corpus.
 
 (a) `signatures`, per shard: normalized-text hash, shingles, MinHash, band keys; band keys and exact hashes are
     written partitioned by key, and per document its length; no text, no shingles. (b) `buckets`, per partition:
@@ -10,9 +10,12 @@
     (e) `components`, per partition, in rounds until stable (`tokenmill.dedup.distributed_components`): each
     document's component, labelled by its smallest document. (f) `by_component`, per partition: the edges routed to
     the task of their component. (g) `clusters`, per partition of whole components, over edges only: the keep/drop
-    choice (ids and sources from the input shards, lengths from (a)). (h) `cluster_table`, one task:
-    `clusters.parquet` merged from (g)'s files. (i) `filter`, per shard: drop what (g) decided. The reduced counts
-    of (b), (d) and (g) reach `DedupStage.report` directly.
+    choice by `keep_rule` (greedy, or one per component: local to the task) and each kept document's cluster size
+    (ids and sources from the input shards, lengths from (a)). (h) `cluster_table`, one task: `clusters.parquet`
+    merged from (g)'s files. (i) `filter`, per shard: drop what (g) decided, add `cluster_size`. The reduced counts
+    of (b), (d) and (g) reach `DedupStage.report` directly. (j) `index`, per partition: the band keys of the kept
+    documents, for later runs. With `against`, the earlier runs are checked first, and `earlier_pairs` and
+    `earlier_verify` remove the new documents they hold after (a) (`tokenmill.stages.dedup.incremental`).
 """
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ from tokenmill.documents import NO_DICTIONARY, ZSTD_LEVEL, parquet_bytes, read_r
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
 from tokenmill.stages.dedup.config import DedupConfig
+from tokenmill.stages.dedup.incremental import (EARLIER_REASONS, Against, EarlierPairs, EarlierVerify, Index,
+                                                against_identity, against_problems, earlier_removed)
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +136,10 @@ class Buckets(Phase):
         return _sum_counts(results)
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        found = bucket_pairs(_read_all(ctx, f"_work/bands/{task.key}"), stage.config.max_pairs_per_bucket,
-                             stage.config.partitions)
+        rows = _read_all(ctx, f"_work/bands/{task.key}")
+        if stage.config.against and rows is not None:  # documents an earlier run's removed are not this run's
+            rows = rows.filter(pa.array(~np.isin(rows.column("doc").to_numpy(), earlier_removed(ctx))))
+        found = bucket_pairs(rows, stage.config.max_pairs_per_bucket, stage.config.partitions)
         for p, pairs in enumerate(found.pairs):
             ctx.write(f"_work/pairs/p{p:04d}/{task.key}.parquet", parquet_bytes(pairs))
         ctx.write(f"_work/over_cap/{task.key}.parquet", parquet_bytes(found.over_cap))
@@ -392,7 +399,10 @@ class Clusters(Phase):
         for key in sorted(results):
             for shard in results[key]["decided_shards"]:
                 files.setdefault(shard, []).append(key)
-        return {**merge_summaries(results[k]["summary"] for k in sorted(results)), "decision_files": files}
+        removals = _sum_counts({k: results[k]["removals"] for k in results})
+        return {**merge_summaries(results[k]["summary"] for k in sorted(results)),
+                "removed_by_rule": {"greedy": removals.get("greedy", 0), "component": removals.get("component", 0)},
+                "decision_files": files}
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         shards = [shard_name(s["path"]) for s in ctx.input_shards]
@@ -415,16 +425,19 @@ class Clusters(Phase):
         shards = task.params["shards"]
         members = self._members(ctx, shards, task.params["paths"], nodes)
         ids, sources = members.column("id").combine_chunks(), members.column("source").combine_chunks()
-        visit = ranked(nodes, rank(stage.config.keep, members, nodes))
+        ranks = rank(stage.config.keep, members, nodes)
+        visit = ranked(nodes, ranks)
         decided = Decisions.of(nodes, comp, [decide(edges, visit) for edges in component_edges(read, nodes, comp, count)
-                                             if edges is not None and edges.num_rows])
+                                             if edges is not None and edges.num_rows],
+                               ranks if stage.config.keep_rule == "component" else None)
         everything = np.arange(nodes.size)
         ctx.write(f"_work/decisions/{task.key}.parquet", split_bytes(decided.shard_table(ids, everything),
                                                                       (nodes >> np.uint64(32)).astype(np.int64)))
         table = decided.clusters_table(ids, sources)
         ctx.write(f"_work/clusters/{task.key}.parquet",
                   parquet_bytes(table.append_column("comp", pa.array(comp[decided.order], pa.uint64()))))
-        return {"summary": decided.summary(sources), "decided_shards": [index for index, _ in decided.by_shard()]}
+        return {"summary": decided.summary(sources), "removals": decided.removals,
+                "decided_shards": [index for index, _ in decided.by_shard()]}
 
     @staticmethod
     def _members(ctx: TaskContext, shards: list[str], paths: list[str], nodes: np.ndarray) -> pa.Table:
@@ -498,24 +511,37 @@ def _clusters_bytes(tables: Iterator[pa.Table]) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+CLUSTER_SIZE = pa.field("cluster_size", pa.int64())
+"""The column `filter` adds: per kept document the documents it stands for (itself and those removed on its account,
+`tokenmill.dedup.keep_rules`; 1 in no cluster), null for a removed one; it sums to the stage's input documents. An
+input that has the column already (a second dedup) gets it replaced: each run counts its own input."""
+
+
 class FilterShards(ShardMap):
     """Per shard: drop the documents the clusters tasks removed (each task's row group for this shard); count
-    cluster members per source."""
+    cluster members per source; add `cluster_size` (`CLUSTER_SIZE`)."""
 
     name = "filter"
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         files = ctx.shared["clusters"]["decision_files"]
-        return [replace(t, params={**t.params, "index": i, "decisions": files.get(i, [])})
+        earlier = (ctx.shared.get("earlier_verify") or {}).get("decision_files", {})
+        return [replace(t, params={**t.params, "index": i, "decisions": files.get(i, []) + earlier.get(i, [])})
                 for i, t in enumerate(shard_tasks(ctx))]
 
     def map_shard(self, stage: "DedupStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         reasons = [None] * table.num_rows
+        sizes = np.ones(table.num_rows, np.int64)
         stats: dict[str, Any] = {}
         files = [storage.join(ctx.stage_dir, f"_work/decisions/{key}.parquet") for key in task.params["decisions"]]
-        found = list(iter_parts(files, int(task.params["index"]), ["doc", "reason"], ctx.fs))
+        found = [t.select(["doc", "reason"]).append_column("cluster_size", t.column("cluster_size").cast(pa.int64())
+                                                           if "cluster_size" in t.column_names else
+                                                           pa.nulls(t.num_rows, pa.int64()))
+                 for t in iter_parts(files, int(task.params["index"]), None, ctx.fs)]
         if found:
             decided = pa.concat_tables(found)
+            sizes[decided.column("doc").to_numpy() & np.uint64(0xFFFFFFFF)] = \
+                decided.column("cluster_size").fill_null(1).to_numpy()
             decided = decided.take(pc.sort_indices(decided, sort_keys=[("doc", "ascending")]))
             source = task.params["source"]
             for doc, reason in zip(decided.column("doc").to_pylist(), decided.column("reason").to_pylist()):
@@ -524,7 +550,12 @@ class FilterShards(ShardMap):
                 key = reason or "kept_in_cluster"
                 stats.setdefault("cluster_members", {}).setdefault(source, {}).setdefault(key, 0)
                 stats["cluster_members"][source][key] += 1
-        return ShardOutput(table, pa.array(reasons, pa.string()), stats or None)
+        dropped = pa.array(reasons, pa.string())
+        # A removed document stands for none (it is counted in the size of the one kept for it): null.
+        column = pa.array(sizes, pa.int64(), mask=dropped.is_valid().to_numpy(zero_copy_only=False))
+        at = table.schema.get_field_index(CLUSTER_SIZE.name)
+        table = table.set_column(at, CLUSTER_SIZE, column) if at >= 0 else table.append_column(CLUSTER_SIZE, column)
+        return ShardOutput(table, dropped, stats or None)
 
 
 class DedupStage(Stage):
@@ -535,7 +566,8 @@ class DedupStage(Stage):
     config_class = DedupConfig
     needs = frozenset({"id", "text", "source"})
     uses = frozenset({"lang"})
-    drop_reasons = ("exact_duplicate", "near_duplicate")
+    adds = (CLUSTER_SIZE,)
+    drop_reasons = ("exact_duplicate", "near_duplicate", "component_duplicate")
 
     config: DedupConfig
 
@@ -546,6 +578,8 @@ class DedupStage(Stage):
         else:
             self.bands, self.rows = choose_bands(config.threshold, config.num_perm, config.min_recall)
         self._hasher = None
+        if config.against:
+            self.drop_reasons = (*type(self).drop_reasons, *EARLIER_REASONS)
 
     @property
     def hasher(self) -> MinHasher:
@@ -554,15 +588,27 @@ class DedupStage(Stage):
         return self._hasher
 
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "bands": self.bands, "rows": self.rows}
+        identity = {**super().identity(), "bands": self.bands, "rows": self.rows}
+        if not self.config.against:  # a run without it keeps the identity (and resume key) it had before the field
+            identity["config"].pop("against", None)
+        else:
+            identity["against_runs"] = against_identity(self)
+        return identity
+
+    @classmethod
+    def config_problems(cls, config: DedupConfig, resolve_path: Any) -> list[str]:
+        return against_problems(config, resolve_path)
 
     def phases(self) -> list[Phase]:
-        return [Signatures(), Buckets(), Groups(), Verify(), Components(), ByComponent(), Clusters(), ClusterTable(),
-                FilterShards()]
+        # With `against`: the earlier runs checked before any task, their matches removed before this run's buckets.
+        first, earlier = ([Against()], [EarlierPairs(), EarlierVerify()]) if self.config.against else ([], [])
+        return [*first, Signatures(), *earlier, Buckets(), Groups(), Verify(), Components(), ByComponent(),
+                Clusters(), ClusterTable(), FilterShards(), Index()]
 
     def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Clusters per source with their size histogram, members kept or dropped per source, and the candidate
-        counts: pairs proposed, buckets over the cap, pairs verified, above the threshold, rejected, not verified."""
+        """Clusters per source with their size histogram, members kept or dropped per source, what each keep rule
+        removes (`removed_by_rule`, whichever applies), and the candidate counts: pairs proposed, buckets over the
+        cap, pairs verified, above the threshold, rejected, not verified."""
         reduced = reduced or {}
         clusters = {k: v for k, v in (reduced.get("clusters") or {}).items() if k != "decision_files"}
         cand = {**(reduced.get("buckets") or {}), **(reduced.get("verify") or {})}
@@ -575,5 +621,16 @@ class DedupStage(Stage):
                    f"threshold, {cand.get('pairs_rejected', 0):,} rejected; "
                    f"{cand.get('buckets_over_cap_second_pass', 0):,} buckets needed the second pass; "
                    f"{cand.get('pairs_not_verified', 0):,} pairs not verified"]
-        return {"clusters": clusters, "candidates": cand, "cluster_members": stats.get("cluster_members", {}),
-                "summary": summary}
+        rules = clusters.get("removed_by_rule", {})
+        summary.append(f"keep_rule {self.config.keep_rule}: the greedy rule removes {rules.get('greedy', 0):,} "
+                       f"documents, one kept per component {rules.get('component', 0):,}")
+        report = {"clusters": clusters, "candidates": cand, "cluster_members": stats.get("cluster_members", {}),
+                  "summary": summary}
+        if "earlier_verify" in reduced:  # `against`: what the earlier runs' documents removed, per run
+            earlier = {k: v for k, v in reduced["earlier_verify"].items() if k != "decision_files"}
+            report["earlier_runs"] = {**earlier, **(reduced.get("earlier_pairs") or {})}
+            summary.append(f"{earlier.get('earlier_exact_duplicates', 0):,} exact and "
+                           f"{earlier.get('earlier_near_duplicates', 0):,} near duplicates of earlier runs' documents "
+                           f"removed ({earlier.get('earlier_pairs_verified', 0):,} pairs verified, "
+                           f"{earlier.get('earlier_pairs_not_verified', 0):,} not verified)")
+        return report

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from tokenmill.config_base import StageConfig, StrictModel
 
@@ -54,3 +54,20 @@ class TokenizeConfig(StageConfig):
     """`auto`: tiktoken where it is proven at load to give the tokenizer's own ids (merge-order ranks, every merged
     token its own encoding; `tokenmill.tokenize.fast_engine`), else `tokenizers`, the reason logged; the engine per
     token file is recorded in `tokens.json`."""
+    rehydrate: Optional[dict[int, int]] = None
+    """FineWeb-style rehydration, `{smallest cluster size: copies}`: a train document whose `cluster_size` (the dedup
+    stage's column: the documents it stands for) is at least a key, and below the next, is written that many times,
+    below the smallest key once; e.g. `{2: 2, 5: 3, 100: 2, 1000: 1}`. Valid documents are written once. Needs the
+    dedup stage before tokenize. None: every document once (`tokenmill.stages.tokenize.rehydrate`)."""
+
+    @field_validator("rehydrate")
+    @classmethod
+    def _rehydrate_table(cls, table: Optional[dict[int, int]]) -> Optional[dict[int, int]]:
+        if table is None:
+            return None
+        if not table:
+            raise ValueError("rehydrate: give at least one {cluster size: copies} entry, or leave it out")
+        for size, n in table.items():
+            if size < 1 or not 1 <= n <= 1000:
+                raise ValueError(f"rehydrate: {size}: {n}: cluster sizes start at 1 and copies are 1 to 1000")
+        return dict(sorted(table.items()))

@@ -21,6 +21,7 @@ from tokenmill.documents import parquet_bytes
 from tokenmill.pipeline.contract import Phase, PlanContext, ShardsResult, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name
 from tokenmill.stages.tokenize.config import Gpt2Files, TokenizeConfig, TrainTokenizer
+from tokenmill.stages.tokenize.rehydrate import copies, spread
 from tokenmill.tokenize.fast_engine import encode_flat, tiktoken_encoding
 from tokenmill.tokenize import bundle, hf_files, tokens_json
 from tokenmill.tokenize.bundle import SplitFiles
@@ -144,6 +145,10 @@ class Encode(ShardMap):
         encoder = tiktoken_encoding(tok) if cfg.engine == "auto" else None  # built once per worker process
         special_docs = 0
         texts_column = table.column("text")
+        repeats, ids = _repeats(cfg, table), None
+        if repeats is not None:
+            ids = table.column("id").cast(pa.string()).to_pylist()
+            extra = {"documents": 0, "tokens": 0}
         # A batch's texts are Python strings only while it encodes: the shard's text stays in Arrow.
         for start in range(0, table.num_rows, cfg.batch_docs):
             texts = texts_column.slice(start, cfg.batch_docs).to_pylist()
@@ -154,13 +159,21 @@ class Encode(ShardMap):
             is_valid = valid[start:start + len(lengths)]
             for split, mask in (("train", ~is_valid), ("valid", is_valid)):
                 rows = np.flatnonzero(mask)
-                if rows.size:
+                if rows.size and split == "train" and repeats is not None:
+                    entries = rows[spread([ids[start + r] for r in rows.tolist()], repeats[start + rows],
+                                          stage.run.seed)]
+                    out[split].add(entries + start, lengths[entries], _gather(tokens, lengths, entries))
+                    extra["documents"] += int(entries.size - rows.size)
+                    extra["tokens"] += int(lengths[entries].sum() - lengths[rows].sum())
+                elif rows.size:
                     out[split].add(rows + start, lengths[rows],
                                    tokens if rows.size == len(lengths) else tokens[np.repeat(mask, lengths)])
         for split in SPLITS:
             out[split].flush()
         stats = {"tokens": {s: out[s].tokens for s in SPLITS}, "documents": {s: out[s].documents for s in SPLITS},
                  "special_token_text_docs": special_docs}
+        if repeats is not None:
+            stats["rehydrated"] = extra
         return ShardOutput(table, pa.nulls(table.num_rows, pa.string()), stats,
                            extra={"token_files": {s: out[s].files for s in SPLITS},
                                   "engine": "+".join(sorted(engines)) or "tokenizers"})
@@ -174,6 +187,23 @@ class Encode(ShardMap):
                     groups.setdefault((split, e["source"]), []).extend(
                         {"prefix": f["prefix"], "tokens": f["tokens"]} for f in files)
         return {key: sorted(parts, key=lambda p: p["prefix"]) for key, parts in sorted(groups.items())}
+
+
+def _repeats(cfg: TokenizeConfig, table: pa.Table) -> np.ndarray | None:
+    """Copies of each row by `rehydrate` from its `cluster_size` (null: 1); None without `rehydrate`."""
+    if cfg.rehydrate is None:
+        return None
+    if "cluster_size" not in table.column_names:
+        raise RuntimeError("tokenize.rehydrate needs the `cluster_size` column, which the dedup stage writes; run "
+                           "dedup before tokenize or leave rehydrate out")
+    return copies(table.column("cluster_size").fill_null(1).to_numpy(), cfg.rehydrate)
+
+
+def _gather(tokens: np.ndarray, lengths: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """The tokens of the documents at `entries` (indices into `lengths`, repeats allowed), back to back."""
+    starts = (np.cumsum(lengths) - lengths)[entries]
+    lens = lengths[entries]
+    return tokens[np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))]
 
 
 class Merge(Phase):
@@ -254,6 +284,11 @@ class TokenizeStage(Stage):
 
     config: TokenizeConfig
 
+    def __init__(self, config: TokenizeConfig, run):
+        super().__init__(config, run)
+        if config.rehydrate is not None:  # checked with the chain, before any task: dedup must come first
+            self.needs = type(self).needs | {"cluster_size"}
+
     def make_tokenizer(self, shards: Sequence[str], fs=None, sample: Sequence[str] | None = None) -> LoadedTokenizer:
         """The configured tokenizer; a trained one sees only `shards` (the input shards' paths on `fs`): their
         `training_sample`, or `sample` where it was already read (`SampleIds`)."""
@@ -267,6 +302,8 @@ class TokenizeStage(Stage):
 
     def identity(self) -> dict[str, Any]:
         identity = super().identity()
+        if self.config.rehydrate is None:  # a run without it keeps the identity (and resume key) it had before
+            identity["config"].pop("rehydrate", None)
         spec = self.config.tokenizer
         files = [spec] if isinstance(spec, str) else [spec.encoder, spec.merges] if isinstance(spec, Gpt2Files) else []
         # The tokenizer files' content, not where they lie.
@@ -317,8 +354,12 @@ class TokenizeStage(Stage):
         warnings = self.warnings(stats, tokenizer.vocab_size if tokenizer is not None else None)
         for warning in warnings:
             log.warning("tokenize: %s", warning)
+        rehydrated = stats.get("rehydrated")
         return {"tokens": tokens, "documents": stats.get("documents", {}),
                 "special_token_text_docs": stats.get("special_token_text_docs", 0),
+                **({"rehydrated": rehydrated} if rehydrated is not None else {}),
                 **({"warnings": warnings} if warnings else {}),
                 "summary": [f"{tokens.get('train', 0):,} train and {tokens.get('valid', 0):,} valid tokens"]
+                + ([f"rehydrate: {rehydrated['documents']:,} copies of train documents, {rehydrated['tokens']:,} "
+                    f"tokens, by cluster size {self.config.rehydrate}"] if rehydrated is not None else [])
                 + [f"warning: {w}" for w in warnings]}
