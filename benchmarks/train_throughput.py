@@ -11,6 +11,7 @@ also measured in the step itself (``fingerprint_s`` of metrics.jsonl), which the
 does not blur.
 
     python benchmarks/train_throughput.py [--model opt-tiny] [--seq-len 256] [--batch 16] [--micro 8] [--steps 40]
+        [--rounds 8]
     python benchmarks/train_throughput.py --fingerprints --model opt-125m --seq-len 128 --batch 4 --micro 4 --steps 6 \
         --rounds 4
 """
@@ -118,7 +119,7 @@ def main() -> int:
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--vocab", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=None, help="per device (default: from the GPU name)")
     parser.add_argument("--fingerprints", action="store_true",
                         help="also run the trainer without fingerprints, and report their overhead")
@@ -131,7 +132,10 @@ def main() -> int:
                             args.vocab)
         plain, trained, bare, rows, shares = [], [], [], [], []
         for r in range(args.rounds):  # alternate, keep each side's best median
-            plain.append(statistics.median(plain_loop(path, args, device)[warm:]))
+            # The plain loop runs first in even rounds and last in odd ones, so that neither side always meets the
+            # machine in the same state (a round's ratio pairs two runs seconds apart: `ratio_per_round`).
+            if r % 2 == 0:
+                plain.append(statistics.median(plain_loop(path, args, device)[warm:]))
             # The two trainer sides swap places every round, and the previous model is collected before each, so
             # neither side always runs second (after another 125M-parameter model and optimizer were let go).
             for with_fingerprints in ((True, False) if r % 2 else (False, True)) if args.fingerprints else (True,):
@@ -144,6 +148,9 @@ def main() -> int:
                 rows = side_rows
                 trained.append(statistics.median(times[warm:]))
                 shares.append(statistics.median(row["fingerprint_s"] / t for row, t in zip(rows[warm:], times[warm:])))
+            if r % 2 == 1:
+                gc.collect()
+                plain.append(statistics.median(plain_loop(path, args, device)[warm:]))
     tokens_per_step = args.batch * args.seq_len
     with torch.device("meta"):
         flops = build_model(model_config(args.model, vocab_size=padded_vocab(args.vocab), max_seq_len=args.seq_len)) \
@@ -163,7 +170,12 @@ def main() -> int:
         "median_step_s": {"plain": [round(x, 4) for x in plain], "trainer": [round(x, 4) for x in trained]},
     }
     result["flops_per_token"] = flops
-    result["ratios"] = {"trainer_vs_plain_tokens_per_s": round(best_plain / best_trainer, 3)}
+    per_round = [p / t for p, t in zip(plain, trained)]
+    result["ratio_per_round"] = [round(x, 3) for x in per_round]
+    # best median against best median, and the median of the rounds' paired ratios: on a machine whose speed
+    # drifts by 10-25% between runs of the same code (this one), the paired figure is the steadier of the two
+    result["ratios"] = {"trainer_vs_plain_tokens_per_s": round(best_plain / best_trainer, 3),
+                        "trainer_vs_plain_median_of_rounds": round(statistics.median(per_round), 3)}
     if args.fingerprints:
         best_bare = min(bare)
         result["fingerprints"] = {
