@@ -9,63 +9,36 @@ emulator is not installed or does not listen, so a test can skip saying why.
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
-import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from tests.s3server import free_port
+from tests.s3server import ChildServer
 
 
 class GcsUnavailable(RuntimeError):
     """The emulator cannot run here (not installed, or it did not start)."""
 
 
-class GcsServer:
+class GcsServer(ChildServer):
     """`python -m gcp_storage_emulator start --host 127.0.0.1 --port PORT --in-memory`, started and stopped by its owner."""
 
-    def __init__(self, port: int | None = None, log: Path | None = None):
-        self.port = port or free_port()
-        self.log = log
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    name = "gcp-storage-emulator"
+    failure = GcsUnavailable
 
     def env(self) -> dict[str, str]:
         """What a client needs: the emulator's address (no credentials: it takes anonymous requests)."""
         return {"STORAGE_EMULATOR_HOST": self.endpoint}
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port",
+                str(self.port), "--in-memory"]
+
     def start(self, timeout: float = 30.0) -> "GcsServer":
         if importlib.util.find_spec("gcp_storage_emulator") is None:
             raise GcsUnavailable("gcp-storage-emulator is not installed (pip install gcp-storage-emulator)")
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115 - the child holds it
-        self.proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                                      "--port", str(self.port), "--in-memory"],
-                                     stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise GcsUnavailable(f"gcp-storage-emulator exited with {self.proc.returncode} (port {self.port})")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise GcsUnavailable(f"gcp-storage-emulator did not listen on 127.0.0.1:{self.port} in {timeout} s")
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        return super().start(timeout)
 
     def filesystem(self):
         """pyarrow's GcsFileSystem on this server (for setup: the code under test makes its own from the env)."""

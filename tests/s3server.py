@@ -27,8 +27,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class S3Server:
-    """`python -m moto.server -H 127.0.0.1 -p PORT`, started and stopped by its owner."""
+class ChildServer:
+    """A server in a child process on 127.0.0.1:`port`, started and stopped by its owner: `command()` is its command
+    line, `failure` the error `start()` raises when it exits or does not listen in time."""
+
+    name = "server"
+    failure: type[Exception] = RuntimeError
 
     def __init__(self, port: int | None = None, log: Path | None = None):
         self.port = port or free_port()
@@ -39,25 +43,26 @@ class S3Server:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def env(self) -> dict[str, str]:
-        """The environment a client needs: `AWS_ENDPOINT_URL` (pyarrow >= 15, boto3 >= 1.28) and test credentials."""
-        return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint, "AWS_EC2_METADATA_DISABLED": "true"}
+    def command(self) -> list[str]:
+        raise NotImplementedError
 
-    def start(self, timeout: float = 30.0) -> "S3Server":
+    def child_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def start(self, timeout: float = 30.0):
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115 - the child holds it
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **CREDENTIALS})
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.child_env())
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self.proc.returncode} (port {self.port})")
+                raise self.failure(f"{self.name} exited with {self.proc.returncode} (port {self.port})")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return self
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"moto server did not listen on 127.0.0.1:{self.port} in {timeout} s")
+                    raise self.failure(f"{self.name} did not listen on 127.0.0.1:{self.port} in {timeout} s")
                 time.sleep(0.05)
 
     def stop(self) -> None:
@@ -65,6 +70,22 @@ class S3Server:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+class S3Server(ChildServer):
+    """`python -m moto.server -H 127.0.0.1 -p PORT`, started and stopped by its owner."""
+
+    name = "moto server"
+
+    def env(self) -> dict[str, str]:
+        """The environment a client needs: `AWS_ENDPOINT_URL` (pyarrow >= 15, boto3 >= 1.28) and test credentials."""
+        return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint, "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def child_env(self) -> dict[str, str]:
+        return {**os.environ, **CREDENTIALS}
 
     def client(self):
         """A boto3 S3 client on this server (for setup only: the code under test uses its own client)."""
