@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from tokenmill.errors import ManifestError
 from tokenmill.pipeline import faults, storage
 
 
@@ -167,11 +168,20 @@ def _write_error(err: OSError, what: str) -> OSError:
 def committed_record(fs: pafs.FileSystem, stage_dir: str, phase: str, task_key: str, stage_key: dict,
                      sizes: dict[str, int] | None = None) -> dict | None:
     """The task's completion record if it is committed under this key and its files are all there (their sizes from
-    `sizes`, a listing of the stage folder, when given; else one lookup per file)."""
-    record = storage.read_json(fs, record_path(stage_dir, phase, task_key))
+    `sizes`, a listing of the stage folder, when given; else one lookup per file). A record naming a file outside
+    the stage folder (edited: records come from disk) raises `ManifestError` before any path is built from it."""
+    from tokenmill.pipeline.manifest import unsafe_path
+
+    where = record_path(stage_dir, phase, task_key)
+    record = storage.read_json(fs, where)
     if not record or record.get("key") != stage_key:
         return None
     for f in record["files"]:
+        name = f.get("path") if isinstance(f, dict) else None
+        why = unsafe_path(name)
+        if why is not None:
+            raise ManifestError(f"{where}: file {name!r:.200} is {why}; refusing to read or write outside the run "
+                                f"folder (was the record edited? delete it to recompute the task)")
         path = storage.join(stage_dir, f["path"])
         size = storage.file_size(fs, path) if sizes is None else sizes.get(path)
         if size != f["bytes"]:
