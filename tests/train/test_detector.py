@@ -26,6 +26,19 @@ def healthy(world: int, steps: int, seed: int) -> np.ndarray:
     return np.stack([loss, local, shard, share], axis=2)
 
 
+def flagged_steps(steps: np.ndarray, j: int, at, factor: float) -> list[int]:
+    """The steps at which the last rank is flagged on metric `j` when its value is scaled by `factor` at `at`."""
+    world, bad = steps.shape[1], steps.shape[1] - 1
+    d = Detector(FingerprintConfig(), world)
+    found = []
+    for i, step in enumerate(steps):
+        step = step.copy()
+        if i in at:
+            step[bad, j] *= factor
+        found += [i for r, m, *_ in d.check(step) if (r, m) == (bad, METRICS[j])]
+    return found
+
+
 @pytest.mark.parametrize("world", [2, 3, 4, 8])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_healthy_run_with_lasting_shard_offsets_raises_no_flag(world, seed):
@@ -90,17 +103,9 @@ def test_a_moderate_outlier_is_the_data_once_and_the_rank_when_it_recurs(world):
     micro-batches of real text alone reach now and then), a value is flagged only as the third of its rank and
     metric within 16 steps; a severe one (1e6x) at once."""
     steps = healthy(world, 120, 11)
-    bad = world - 1
 
     def flagged(at: list[int], factor: float) -> list[int]:
-        d = Detector(FingerprintConfig(), world)
-        found = []
-        for i, step in enumerate(steps):
-            step = step.copy()
-            if i in at:
-                step[bad, LOCAL] *= factor
-            found += [i for r, m, *_ in d.check(step) if (r, m) == (bad, "grad_norm_local")]
-        return found
+        return flagged_steps(steps, LOCAL, at, factor)
 
     assert flagged([40], 8.0) == []                        # once: the data
     assert flagged([40, 60, 80, 100], 8.0) == []           # now and then, 20 steps apart: still the data
@@ -142,17 +147,9 @@ def test_a_shard_that_moves_and_stays_moved_is_flagged_from_its_third_step(world
     it; once is the data. (At 3 ranks a lasting 15x is now learnt before its third flag, as it was not before: the
     price of following a drift; a bad gradient before the reduction is the local norm's, judged across ranks.)"""
     steps = healthy(world, 120, 5)
-    bad = world - 1
 
     def flagged(at) -> list[int]:
-        d = Detector(FingerprintConfig(), world)
-        found = []
-        for i, step in enumerate(steps):
-            step = step.copy()
-            if i in at:
-                step[bad, SHARD] *= factor
-            found += [i for r, m, *_ in d.check(step) if (r, m) == (bad, "grad_norm_shard")]
-        return found
+        return flagged_steps(steps, SHARD, at, factor)
 
     assert flagged([40]) == []
     assert flagged(range(40, 120))[:2] == [42, 43]
