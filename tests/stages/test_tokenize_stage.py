@@ -90,13 +90,19 @@ def test_split_stable_under_resharding_and_workers(ray_cluster, corpus, tmp_path
     assert split_a == split_b
 
 
-def test_tokens_stats_command(ray_cluster, corpus, tmp_path):
+@pytest.fixture(scope="module")
+def tokenized(ray_cluster, corpus, tmp_path_factory) -> Path:
+    """One run of the corpus through tokenize, for the tests below that read it or start from a copy of it."""
+    out = tmp_path_factory.mktemp("tokenized") / "a"
+    run_into(corpus[0], out)
+    return out
+
+
+def test_tokens_stats_command(tokenized, tmp_path):
     import subprocess
     import sys
 
-    config, _ = corpus
-    run_into(config, tmp_path / "s")
-    result = subprocess.run([sys.executable, "-m", "tokenmill", "tokens", "stats", str(tmp_path / "s"), "--decode", "2"],
+    result = subprocess.run([sys.executable, "-m", "tokenmill", "tokens", "stats", str(tokenized), "--decode", "2"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "train" in result.stdout and "end-of-text id 50256" in result.stdout and "tokens):" in result.stdout
@@ -105,11 +111,12 @@ def test_tokens_stats_command(ray_cluster, corpus, tmp_path):
     assert missing.returncode == 2 and "run the tokenize stage first" in missing.stderr
 
 
-def test_resume_after_losing_commits_of_every_phase(ray_cluster, corpus, tmp_path):
+def test_resume_after_losing_commits_of_every_phase(corpus, tokenized, tmp_path):
+    import shutil
+
     config, _ = corpus
-    run_into(config, tmp_path / "a")
     out = tmp_path / "b"
-    run_into(config, out)
+    shutil.copytree(tokenized, out)  # a finished run, as a second run of the same config would leave it
     (out / "tokenize" / "manifest.json").unlink()
     (out / "tokenize" / "tokens.json").unlink()
     phases = sorted((out / "tokenize" / "_work" / "commits").iterdir())
@@ -119,8 +126,8 @@ def test_resume_after_losing_commits_of_every_phase(ray_cluster, corpus, tmp_pat
             record.unlink()
     resumed = run_into(config, out)
     assert resumed[-1].status == "resumed"
-    assert tree(out) == tree(tmp_path / "a")
-    assert (out / "tokenize" / "tokens.json").read_bytes() == (tmp_path / "a" / "tokenize" / "tokens.json").read_bytes()
+    assert tree(out) == tree(tokenized)
+    assert (out / "tokenize" / "tokens.json").read_bytes() == (tokenized / "tokenize" / "tokens.json").read_bytes()
     engines = {f["engine"] for s in json.loads((out / "tokenize" / "tokens.json").read_text())["splits"].values()
                for f in s["files"]}
     assert engines == {"tiktoken"}  # GPT-2 files: the fast engine applies (proven equal at load)
