@@ -140,8 +140,10 @@ class Buckets(Phase):
         if stage.config.against and rows is not None:  # documents an earlier run's removed are not this run's
             rows = rows.filter(pa.array(~np.isin(rows.column("doc").to_numpy(), earlier_removed(ctx))))
         found = bucket_pairs(rows, stage.config.max_pairs_per_bucket, stage.config.partitions)
-        for p, pairs in enumerate(found.pairs):
-            ctx.write(f"_work/pairs/p{p:04d}/{task.key}.parquet", parquet_bytes(pairs))
+        # One file per task, a row group per verify task (not a file per pair of tasks: P^2 files, each a commit
+        # and, on an object store, a PUT).
+        dest = np.repeat(np.arange(len(found.pairs)), [t.num_rows for t in found.pairs])
+        ctx.write(f"_work/pairs/{task.key}.parquet", split_bytes(pa.concat_tables(found.pairs), dest))
         ctx.write(f"_work/over_cap/{task.key}.parquet", parquet_bytes(found.over_cap))
         return found.counts
 
@@ -209,7 +211,7 @@ class Verify(Phase):
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         cfg: DedupConfig = stage.config
-        a, b, exact = _routed_pairs(ctx, task.key)
+        a, b, exact = _routed_pairs(ctx, int(task.key[1:]), cfg.partitions)  # the key is p####
         over = pq.read_table(storage.join(ctx.stage_dir, f"_work/groups/{task.key}.parquet"), filesystem=ctx.fs)
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
         over_bucket, over_doc = over.column("bucket").to_numpy(), over.column("doc").to_numpy()
@@ -249,9 +251,12 @@ class Verify(Phase):
         return counts
 
 
-def _routed_pairs(ctx: TaskContext, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs every buckets task routed to this verify task, as (a, b, exact) arrays, each pair once, sorted."""
-    table = _read_all(ctx, f"_work/pairs/{key}")
+def _routed_pairs(ctx: TaskContext, part: int, partitions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs every buckets task routed to verify task `part` (its row group of each buckets task's file), as
+    (a, b, exact) arrays, each pair once, sorted."""
+    files = [storage.join(ctx.stage_dir, f"_work/pairs/p{p:04d}.parquet") for p in range(partitions)]
+    tables = list(iter_parts(files, part, ["a", "b", "exact"], ctx.fs))
+    table = pa.concat_tables(tables) if tables else None
     if table is None or not table.num_rows:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, bool)
     return unique_pairs(table.column("a").to_numpy(), table.column("b").to_numpy(),
