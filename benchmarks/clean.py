@@ -14,6 +14,10 @@ datatrove running the same quality filters; prints JSON.
    same three filters at the same thresholds (see benchmarks/clean_filters.py for how; spaCy is not installed, so
    datatrove gets tokenmill's regex tokenizer and runs at its fastest). Both read the same JSON-lines files.
 
+   With `--baseline-src DIR`, the baseline's whole stage runs over the same files too (in a child process, after
+   datatrove), so that both ratios to datatrove's one measurement come from one run:
+   `ratio_per_core_baseline_whole_stage_vs_datatrove_filters` beside this checkout's.
+
    `--langid-quick-chars N` measures this checkout with the clean stage's `langid.quick_chars` set to N (language
    identified on a text's first N characters where that verdict is confident; the baseline runs as it is).
 
@@ -66,6 +70,14 @@ def run_stage(files: list[Path]) -> tuple[dict, list[str], list]:
     return {"text_mb": round(mb, 1), "cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2),
             "read_cpu_seconds": round(read_cpu, 2), "mb_per_s_per_core": round(mb / cpu, 2),
             "mb_per_s_per_core_with_reading": round(mb / (cpu + read_cpu), 2)}, ids, reasons
+
+
+def whole_stage_in_child(folder: Path, src: Path) -> dict:
+    """Part 2's whole-stage measurement with the tokenmill of `src` (its figures and the documents it dropped)."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run([sys.executable, __file__, "--measure-whole-stage", str(folder)], env=env, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out)
 
 
 def mix_shards(folder: Path, mb: float) -> Path:
@@ -179,9 +191,14 @@ def main() -> int:
     parser.add_argument("--langid-quick-chars", type=int, default=None,
                         help="this checkout's stage with langid.quick_chars set (the baseline as it is)")
     parser.add_argument("--measure-stage", default=None, help=argparse.SUPPRESS)  # the child's half of part 1
+    parser.add_argument("--measure-whole-stage", default=None, help=argparse.SUPPRESS)  # the baseline's part 2
     args = parser.parse_args()
     if args.measure_stage:
         print(json.dumps(measure_stage(Path(args.measure_stage), args.langid_quick_chars)))
+        return 0
+    if args.measure_whole_stage:
+        figures, _, reasons = run_stage(sorted(Path(args.measure_whole_stage).glob("*.jsonl")))
+        print(json.dumps({**figures, "dropped": sum(r is not None for r in reasons)}))
         return 0
     mix = scale_mix(args)
 
@@ -209,6 +226,15 @@ def main() -> int:
         "ratio_per_core_tokenmill_whole_stage_vs_datatrove_filters":
             round(ours["mb_per_s_per_core_with_reading"] / theirs["mb_per_s_per_core"], 2),
     }
+    if args.baseline_src:
+        base = whole_stage_in_child(folder, Path(args.baseline_src).resolve())
+        if base["dropped"] != len(quality_drops) and args.langid_quick_chars is None:
+            raise SystemExit(f"baseline and this checkout drop different documents: {base} vs {ours}")
+        result["baseline_whole_stage"] = base
+        result["ratio_per_core_baseline_whole_stage_vs_datatrove_filters"] = \
+            round(base["mb_per_s_per_core_with_reading"] / theirs["mb_per_s_per_core"], 2)
+        result["ratio_whole_stage_vs_baseline"] = \
+            round(ours["mb_per_s_per_core_with_reading"] / base["mb_per_s_per_core_with_reading"], 3)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -15,6 +15,11 @@ measured per-core throughput and the measured dedup shuffle volume per input GB.
 `--corpus` runs an already generated corpus (a folder with demo.yaml), so the previous code can run the same one
 after: `PYTHONPATH=/tmp/old/src python benchmarks/scale.py --gb 2 --corpus ... --dir /tmp/scale-old`. The run folder
 (<dir>/scale-<gb>gb/run) is removed first, so every stage runs.
+
+Every stage runs by default, the two the demo's config leaves out included, with the settings `EXTRA_STAGES` gives
+them: `metadata_filter` (downvoted Reddit comments and forum posts dropped: a score below 0) and `subdoc` (its
+defaults: lines held by more than 3 documents removed from all but the first). `--stages` names a subset, e.g.
+`--stages ingest,sample,clean,dedup,decontaminate,tokenize` for the set the runs before 2026-11-28 measured.
 """
 
 from __future__ import annotations
@@ -31,7 +36,15 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-STAGES = ("ingest", "sample", "clean", "dedup", "decontaminate", "tokenize")
+STAGES = ("ingest", "sample", "metadata_filter", "clean", "dedup", "subdoc", "decontaminate", "tokenize")
+"""Every stage, in pipeline order: the default of `--stages`."""
+EXTRA_STAGES = {
+    # The demo generates scores for Reddit comments (`score`, Pushshift's field) and forum posts, some downvoted.
+    "metadata_filter": {"rules": [{"source": "reddit", "field": "score", "min": 0},
+                                  {"source": "forum_en", "field": "score", "min": 0}]},
+    "subdoc": {},
+}
+"""The stages demo.yaml leaves out, with the settings this benchmark gives them when `--stages` names them."""
 PILE_GB = 825.0
 
 
@@ -105,6 +118,22 @@ def projection(stages: dict, gb_in: float, args) -> dict:
     return out
 
 
+def with_stages(corpus: Path, stages: list[str]):
+    """demo.yaml with the stages of `stages` it leaves out added (`EXTRA_STAGES`) and those not named removed,
+    validated as any config file is."""
+    import yaml
+
+    from tokenmill.pipeline.config import parse_config
+
+    data = yaml.safe_load((corpus / "demo.yaml").read_text(encoding="utf-8"))
+    configured = data.setdefault("stages", {})
+    for name in stages:
+        if name in EXTRA_STAGES and name not in configured:
+            configured[name] = EXTRA_STAGES[name]
+    data["stages"] = {name: value for name, value in configured.items() if name in stages}
+    return parse_config(data, base_dir=corpus)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=10.0, help="text to generate, in GB")
@@ -115,11 +144,17 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--cores-per-node", type=int, default=32)
     parser.add_argument("--nic-gbit", type=float, default=25.0)
+    parser.add_argument("--stages", default=",".join(STAGES),
+                        help="the stages to run, comma-separated (default: all, in pipeline order)")
     args = parser.parse_args()
+    stages = [name for name in STAGES if name in args.stages.split(",")]
+    if unknown := sorted(set(args.stages.split(",")) - set(STAGES)):
+        parser.error(f"--stages: unknown {', '.join(unknown)} (known: {', '.join(STAGES)})")
+    if "ingest" not in stages:
+        parser.error("--stages: ingest is needed (every other stage reads its shards)")
 
     import ray
 
-    from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.ray_cluster import start_local
     from tokenmill.pipeline.runner import run_pipeline
 
@@ -138,17 +173,20 @@ def main() -> int:
         (corpus / ".complete").touch()
         generated = round(time.perf_counter() - t, 1)
         generate_rss = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
-    config = load_config(corpus / "demo.yaml")
+    config = with_stages(corpus, stages)
     # Production-sized shards; the demo's are small so that its few MB still spread over tasks.
     shutil.rmtree(root / "run", ignore_errors=True)  # a run left here would be "up to date" and measure nothing
     config = config.model_copy(update={"output": str(root / "run"),
                                        "ingest": config.ingest.model_copy(update={"docs_per_shard": 20_000})})
     result: dict = {"corpus_gb_target": args.gb, "corpus_files_bytes": du(corpus), "cpus": os.cpu_count(),
                     "workers": args.workers, "generate_seconds": generated, "generate_peak_rss_mb": generate_rss,
-                    "max_shard_bytes": config.ingest.max_shard_bytes, "stages": {}}
+                    "max_shard_bytes": config.ingest.max_shard_bytes,
+                    "added_stages": {name: stage.model_dump(mode="json") for name, stage in config.stages.configured()
+                                     if name in EXTRA_STAGES},  # their settings, as run
+                    "stages": {}}
     bytes_in: dict[str, int] = {}
     seen: set[tuple[int, int]] = set()
-    for stage in STAGES:
+    for stage in stages:
         start_local(num_cpus=args.workers)  # fresh workers: their peak RSS is this stage's
         start = time.perf_counter()
         (report,) = [r for r in run_pipeline(config, only=stage, workers=args.workers) if r.stage == stage]
@@ -185,8 +223,13 @@ def main() -> int:
         s["disk_written_per_text_byte"] = round(s["disk_written_bytes"] / bytes_in["ingest"], 3)
     result["ratios"] = {  # the goals of issue 19: disk written per byte of text, dedup's phase files per input byte
         "disk_written_per_text_byte": round(sum(s["disk_written_bytes"] for s in stages.values()) / bytes_in["ingest"], 3),
-        "dedup_phase_files_vs_input": round(stages["dedup"]["shuffle_bytes"] / bytes_in["dedup"], 3),
+        "dedup_phase_files_vs_input": round(stages["dedup"]["shuffle_bytes"] / bytes_in["dedup"], 3)
+        if "dedup" in stages else None,
     }
+    total = sum(s["seconds"] for s in stages.values())
+    result["end_to_end"] = {  # issue 35's goal: the whole pipeline at least 4 MB/s per core
+        "seconds": round(total, 1), "stages": list(stages),
+        "mb_per_s_per_core": round(stages["ingest"]["text_mb_in"] / total / args.workers, 3)}
     print(json.dumps(result, indent=1))
     return 0
 

@@ -194,6 +194,28 @@ def test_substring_tests_answer_as_the_regexes_they_replace():
     assert sum(map(n._has_layout, texts)) > 10_000 and sum(not n._has_layout(t) for t in texts) > 5_000
 
 
+def test_ascii_scans_answer_as_the_regexes_they_replace():
+    """An ASCII text is looked through by `bytes.translate` instead of the table's regexes: for every ASCII
+    character, and for texts mixing them, the same answer and the same unified text."""
+    import random
+
+    from tokenmill.text import normalize as n
+
+    for c in map(chr, range(128)):
+        text = f"a{c}b"
+        assert n._prose_only(text) == (n._PROSE_ONLY.search(text) is not None), repr(c)
+        assert n.unify_characters(text) == n._TABLE_CHARACTER.sub(lambda m: n._CHARACTER_STRINGS[m.group()],
+                                                                  n._LINE_BREAKS.sub("\n", text)), repr(c)
+    rng = random.Random(3)
+    texts = ["".join(rng.choice("ab \n\t\r\x00\x07\x0b\x0c\x1c\x1f\x7f") for _ in range(rng.randint(0, 12)))
+             for _ in range(20_000)]
+    assert [n._prose_only(t) for t in texts] == [n._PROSE_ONLY.search(t) is not None for t in texts]
+    slow = [n._TABLE_CHARACTER.sub(lambda m: n._CHARACTER_STRINGS[m.group()], n._LINE_BREAKS.sub("\n", t))
+            for t in texts]
+    assert [n.unify_characters(t) for t in texts] == slow
+    assert 1_000 < sum(map(n._prose_only, texts)) < len(texts) - 1_000
+
+
 def test_fullwidth_only_where_there_is_some():
     text, steps = normalize("ＡＢＣ１２３ and 全角，标点", ALL)
     assert text == "ABC123 and 全角，标点" and steps == ["fullwidth"]

@@ -52,3 +52,31 @@ def test_address_scans_find_what_the_plain_patterns_find():
         found = [getattr(pii, name).search(t) is not None for t in texts]
         assert found == [pattern.search(t) is not None for t in texts]
         assert 500 < sum(found) < len(texts) - 500
+
+
+def test_the_batch_phone_scan_misses_no_text_the_phone_scan_finds():
+    """RE2's `\\p{Nd}` holds every character `re`'s `\\d` matches, so a text the batch scan passes over is one
+    `_MAYBE_PHONE` passes over too; the batch scan finds the same texts on digits of any script."""
+    import random
+    import re
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tokenmill.text import pii
+
+    digits = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and re.fullmatch(r"\d", chr(c))]
+    assert pc.all(pc.match_substring_regex(pa.array([chr(c) for c in digits]), r"^\p{Nd}$")).as_py()
+    rng = random.Random(9)
+    groups = ["1", "23", "456", "7890", "٣٤", "१२३", "a", "(", ")", " ", ".", "-", "x"]
+    texts = ["".join(rng.choice(groups) for _ in range(rng.randint(0, 14))) for _ in range(40_000)]
+    assert pii.phone_candidates(texts).tolist() == [pii._MAYBE_PHONE.search(t) is not None for t in texts]
+    assert pii.phone_candidates(["a \udc80 b"]) is None  # no UTF-8: each text scanned by itself
+
+
+def test_a_text_changed_by_an_earlier_replacement_is_scanned_again_for_phones():
+    """The batch scan saw the text before e-mail and IP replacement: a placeholder with digits is then scanned."""
+    config = PiiConfig(ip_placeholder="(555) 123-4567")
+    assert replace_pii("dns 8.8.8.8 here", config, maybe_phone=False) == ("dns <PHONE> here", {"ip": 1, "phone": 1})
+    assert replace_pii("call 555-123-4567", ON, maybe_phone=False) == ("call 555-123-4567", {})  # as told
+    assert replace_pii("call 555-123-4567", ON) == ("call <PHONE>", {"phone": 1})

@@ -467,6 +467,54 @@ def test_word_ids_by_piece_are_the_words_of_the_whole_text():
     assert len(vocab.pieces) < 400
 
 
+def test_arrow_cuts_pieces_on_the_whitespace_of_str_split():
+    """The vocabulary cuts a chunk's texts into pieces with Arrow's `utf8_split_whitespace`: its whitespace must be
+    `str.split`'s, code point by code point (an Arrow whose Unicode tables differ would cut other words)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    cut = pc.list_value_length(pc.utf8_split_whitespace(pa.array([f"a{chr(c)}b" for c in points]))).to_numpy()
+    assert {c for c, n in zip(points, cut.tolist()) if n == 2} == {c for c in points if chr(c).isspace()}
+
+
+def test_pieces_of_a_text_arrow_cannot_take_are_cut_by_str_split():
+    """A lone surrogate has no UTF-8, so Arrow refuses the chunk: its pieces are cut by `str.split`, the same."""
+    from tokenmill.text.quality.vocab import Vocabulary
+
+    texts = ["one two\u3000three", "bad \udc80 piece four", "", "  five  "]
+    vocab = Vocabulary()
+    ids, counts = vocab.text_ids(texts)
+    by_id = {i: w for w, i in vocab.items()}
+    assert counts.tolist() == [3, 4, 0, 1]
+    assert [by_id[i] for i in ids.tolist()] == [w for t in texts for w in split_words(t)]
+
+
+def test_paragraphs_split_as_the_regex_splits_them():
+    """Gopher's paragraph repetition splits on runs of two line breaks or more; without a run of three,
+    `str.split` on two does it."""
+    import random
+    import re
+
+    from tokenmill.text.quality.measures import _line_repetition
+
+    rng = random.Random(13)
+    texts = ["".join(rng.choice(["\n", "\n", "\n\n", "a", "b ", " ", "a\n"]) for _ in range(rng.randint(0, 12)))
+             for _ in range(30_000)]
+
+    def plain(text):  # the regex form, as before
+        if not text:
+            return [float("nan")] * 4
+        paragraphs = re.split(r"\n{2,}", text.strip())
+        dups = len(paragraphs) - len(set(paragraphs))
+        chars = sum(map(len, paragraphs)) - sum(map(len, set(paragraphs)))
+        return [dups / len(paragraphs), chars / len(text)]
+
+    got = [list(_line_repetition(t)[:2]) for t in texts]
+    assert [g for g, t in zip(got, texts) if t] == [plain(t) for t in texts if t]
+    assert sum("\n\n\n" in t.strip() for t in texts) > 1_000 and sum(g[0] > 0 for g in got if g) > 1_000
+
+
 def test_sentence_boundaries_are_those_of_the_lookahead_form():
     """SENTENCE_END_RE consumes the first terminal character and checks the abbreviations behind it; the plain form
     (a lookahead, then the lookbehinds before it) finds the same boundaries, astral terminal characters included."""

@@ -120,6 +120,10 @@ _BLANKS_WITH_UNICODE_SPACE = re.compile(f"(?<![ \t{_UNICODE_SPACE}])(?:[ \t]*+[{
 _UNICODE_SPACES = dict.fromkeys(_SPACES, " ")
 # What prose changes and code keeps, apart from layout: whether judging the document can change the output.
 _PROSE_ONLY = re.compile("[" + "".join(f"\\u{c:04x}" for c in sorted(_CHARACTER_TABLE)) + "\x85\u2028]")
+# The table's ASCII characters (C0 controls but tab, newline, form feed and carriage return; DEL): in an ASCII text
+# they are all `_TABLE_CHARACTER` and `_PROSE_ONLY` can match, and `bytes.translate` finds them about six times as
+# fast as either regex's search.
+_ASCII_TABLE = bytes(c for c in sorted(_CHARACTER_TABLE) if c < 0x80)
 _FULLWIDTH = {c: c - 0xFEE0 for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]}
 _FULLWIDTH_CHAR = re.compile("[" + "".join(f"\\u{c:04x}" for c in _FULLWIDTH) + "]")
 # Most prose has none of what these regexes look for, and a substring test (`in`) answers that many times faster
@@ -138,12 +142,24 @@ def _has_trailing(text: str, chars: str) -> bool:
     return text.endswith(tuple(chars)) or any(c + "\n" in text for c in chars)
 
 
+def _ascii_controls(text: str) -> bool:
+    """For an ASCII `text`: whether it holds a character of the table (`_ASCII_TABLE`)."""
+    return len(text.encode("ascii").translate(None, _ASCII_TABLE)) != len(text)
+
+
 def unify_characters(text: str) -> str:
     """Line breaks to `\\n`; Unicode spaces to a space, zero-width and control characters (but tab and form feed)
     removed, each one for one: what the whitespace step does to code and prose alike."""
     if "\r" in text or "\x85" in text or "\u2028" in text:
         text = _LINE_BREAKS.sub("\n", text)
+    if text.isascii() and not _ascii_controls(text):
+        return text  # nothing of the table: the substitution below would return the same text
     return _TABLE_CHARACTER.sub(lambda m: _CHARACTER_STRINGS[m.group()], text)
+
+
+def _prose_only(text: str) -> bool:
+    """Whether `text` holds a character that prose changes and code keeps (`_PROSE_ONLY`)."""
+    return _ascii_controls(text) if text.isascii() else _PROSE_ONLY.search(text) is not None
 
 
 def _inside_line(m: re.Match[str]) -> str:
@@ -212,10 +228,11 @@ def _whitespace(text: str, code: CodeMode, is_code: Callable[[], bool]) -> tuple
     """`whitespace_layout`, asking `is_code` (the judgement, made once per document) only where the answer can
     change the text: where there is layout, or a character that prose changes and code keeps."""
     unified = unify_characters(text)
-    if code != "off" and (_has_layout(unified) or _PROSE_ONLY.search(text) is not None) and is_code():
+    layout = code != "off" and _has_layout(unified)  # asked once: both questions below are of the unified text
+    if code != "off" and (layout or _prose_only(text)) and is_code():
         return code_document(text), "document"
     text = unified
-    if code in ("detect", "blocks") and _has_layout(text):
+    if code in ("detect", "blocks") and layout:
         lines = text.split("\n")
         mask = code_block_lines(lines)
         if any(mask):

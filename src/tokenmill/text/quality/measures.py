@@ -99,7 +99,10 @@ def _line_repetition(text: str) -> tuple[float, float, float, float]:
     if not text:
         return _NAN, _NAN, _NAN, _NAN
     stripped = text.strip()
-    paragraphs = _PARAGRAPH_RE.split(stripped) if "\n\n" in stripped else [stripped]
+    if "\n\n\n" in stripped:
+        paragraphs = _PARAGRAPH_RE.split(stripped)
+    else:  # every line-break run is of one or two: `str.split` cuts where the regex would, without its scan
+        paragraphs = stripped.split("\n\n")
     para_dups, para_chars = _duplicates(paragraphs)
     lines = _split_lines(text)
     line_dups, line_chars = _duplicates(lines)

@@ -138,10 +138,9 @@ def ngram_repetition(
         if repeated is None:
             cand = np.arange(len(hashes))
         else:
-            nxt = np.searchsorted(repeated, repeated + 1)
-            ok = nxt < len(repeated)
-            ok[ok] = repeated[nxt[ok]] == repeated[ok] + 1
-            cand = repeated[ok]
+            marked = np.zeros(len(h) + 1, dtype=bool)  # which units are in `repeated`: one pass, not a search
+            marked[repeated] = True
+            cand = repeated[marked[repeated + 1]]
         cand = cand[units.left[cand] >= n]
         if n > smallest:
             # Rolled only where an n-gram is a candidate: later candidates are among these, so the other entries
@@ -168,15 +167,16 @@ def _walk_duplicates(units: Units, positions: np.ndarray, keys: np.ndarray, n: i
         return out
     seen: set[int] = set()
     hits: list[int] = []
+    see, hit = seen.add, hits.append  # bound once: the loop runs once per repeated n-gram
     resume = 0  # the walk jumps past a duplicate: positions before `resume` are never visited
     for p, k in zip(positions.tolist(), keys.tolist()):  # keys carry the document, so one set serves all
         if p < resume:
             continue
         if k in seen:
-            hits.append(p)
+            hit(p)
             resume = p + n
         else:
-            seen.add(k)
+            see(k)
     if hits:
         at = np.array(hits, dtype=np.int64)
         np.add.at(out, units.doc[at], units.ends[at + n] - units.ends[at])

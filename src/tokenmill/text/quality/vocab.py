@@ -5,6 +5,9 @@ hashing every word (`ngrams.token_hashes`), measuring and classing it costs seve
 where one dictionary lookup per word (`map` over a dict, in C) and arrays indexed by id give the same values.
 The same holds one level up: a text's whitespace-separated pieces (`the`, `said.`, `(see`) recur too, so each
 distinct piece is cut into words by the tokenizer's regex once, and a text's word ids come from its pieces' ids.
+Arrow cuts a chunk's texts into pieces and finds its distinct ones (`utf8_split_whitespace`, `dictionary_encode`,
+in C++), so only those become Python strings: a chunk of 4 million characters holds about 700,000 pieces and a
+few thousand to tens of thousands of distinct ones.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from itertools import chain
 from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from datatrove.utils.text import PUNCTUATION_SET
 
 from tokenmill.text.quality.ngrams import Units, token_hashes
@@ -110,11 +115,7 @@ class Vocabulary(dict):
         saw a space, which it treats alike.
         """
         self._reset_if_full()
-        split = [t.split() for t in texts]
-        per_text = np.fromiter(map(len, split), dtype=np.int64, count=len(split))
-        pieces = np.fromiter(map(self.pieces.__getitem__, chain.from_iterable(split)), dtype=np.int64,
-                             count=int(per_text.sum()))
-        del split
+        pieces, per_text = self._piece_ids(texts)
         self._commit()
         sizes = self._piece_sizes[pieces]
         ends = np.zeros(len(pieces) + 1, dtype=np.int64)  # words before each piece
@@ -124,6 +125,30 @@ class Vocabulary(dict):
         bounds = np.zeros(len(texts) + 1, dtype=np.int64)  # pieces before each text
         np.cumsum(per_text, out=bounds[1:])
         return ids, np.diff(ends[bounds])
+
+    def _piece_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of every text's whitespace-separated pieces, concatenated, and each text's piece count.
+
+        Cut and deduplicated by Arrow (`utf8_split_whitespace`, whose whitespace is `str.split`'s: the 29 characters
+        `str.isspace` accepts, as a test checks; it gives an empty piece for whitespace at either end, dropped here,
+        and `dictionary_encode`), so that only a chunk's distinct pieces become Python strings and meet the
+        dictionary: the ids are those `str.split` and one lookup per piece give, in the same order."""
+        try:
+            column = pa.array(texts, pa.string())
+        except (pa.ArrowInvalid, UnicodeEncodeError):  # a lone surrogate has no UTF-8: the pieces one by one
+            split = [t.split() for t in texts]
+            per_text = np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+            return np.fromiter(map(self.pieces.__getitem__, chain.from_iterable(split)), dtype=np.int64,
+                               count=int(per_text.sum())), per_text
+        lists = pc.utf8_split_whitespace(column)
+        flat = lists.flatten()
+        nonempty = pc.greater(pc.binary_length(flat), 0)
+        parent = pc.list_parent_indices(lists).filter(nonempty).to_numpy()
+        encoded = pc.dictionary_encode(flat.filter(nonempty))
+        distinct = encoded.dictionary.to_pylist()
+        ids = np.fromiter(map(self.pieces.__getitem__, distinct), dtype=np.int64, count=len(distinct))
+        pieces = ids[encoded.indices.to_numpy(zero_copy_only=False)] if len(parent) else _EMPTY
+        return pieces, np.bincount(parent, minlength=len(texts)).astype(np.int64)
 
 
 def text_units(texts: Sequence[str], vocab: Vocabulary) -> tuple[Units, np.ndarray]:

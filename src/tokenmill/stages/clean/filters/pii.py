@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from tokenmill.stages.clean.filter import Batch, Filter, Setting
-from tokenmill.text.pii import PiiConfig, replace_pii
+from tokenmill.text.pii import PiiConfig, phone_candidates, replace_pii
 
 
 class PiiFilter(Filter):
@@ -20,8 +20,9 @@ class PiiFilter(Filter):
     sections = {"pii": {}}
 
     def process(self, batch: Batch, rows: list[int], settings: PiiConfig) -> None:
-        for i in rows:
-            batch.texts[i], found = replace_pii(batch.texts[i], settings)
+        maybe = phone_candidates([batch.texts[i] for i in rows]) if settings.phone else None
+        for k, i in enumerate(rows):
+            batch.texts[i], found = replace_pii(batch.texts[i], settings, True if maybe is None else bool(maybe[k]))
             if found:
                 batch.steps[i].append("pii:" + "+".join(sorted(found)))
                 batch.stats.add("pii", found)
