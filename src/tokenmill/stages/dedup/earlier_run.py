@@ -1,22 +1,30 @@
 """An `against` run of incremental dedup, checked before use: a finished dedup stage, its committed files intact,
 its index made by this code with the same signature settings (`tokenmill.dedup.incremental` holds the pure parts).
 
-A run folder handed over may come from anyone: nothing recorded in it becomes a path unless it names a shard its
-own manifest lists inside `shards/`, and its manifest must have been made under its key record.
+A run folder handed over may come from anyone, and everything is checked before any work: not a symlink, none
+below its dedup folder; its manifest made under its key record (the config it states is the one the key was made
+from; its shard list is what the committed `filter` tasks wrote); every committed file at its committed size;
+every index partition committed by the `index` phase at its size, stating this code's scheme and these settings,
+naming only shards the manifest lists. Nothing recorded in it becomes a path unless it names a shard its own
+manifest lists inside `shards/`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Callable, Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tokenmill.dedup.incremental import (INDEX_META, SCHEME, EarlierRun, IncrementalError, index_file,
                                          setting_differences, settings_of)
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline import runfolder, storage
-from tokenmill.pipeline.commit import committed_record, damaged_files
+from tokenmill.pipeline.commit import damaged_files, records_dir
 from tokenmill.pipeline.manifest import content_hash, read_manifest, unsafe_path
 from tokenmill.pipeline.map_phase import shard_name
 
@@ -32,6 +40,10 @@ def open_run(label: str, location: str, settings: Mapping[str, Any], *, filesyst
     stage_dir = storage.join(root, "dedup")
     if not storage.exists(fs, root):
         raise IncrementalError(f"{where}: no such run folder ({location})")
+    if isinstance(fs, pafs.LocalFileSystem) and os.path.islink(root.rstrip("/")):
+        # Its files are read (and its index and shard paths trusted) as a run's own: not through a link, whose target
+        # may change or be another run's folder, unlocked.
+        raise IncrementalError(f"{where}: {runfolder.link_message(root.rstrip('/'))}")
     problem = runfolder.stage_problem(fs, stage_dir)
     if problem:
         raise IncrementalError(f"{where}: {problem}")
@@ -53,27 +65,90 @@ def open_run(label: str, location: str, settings: Mapping[str, Any], *, filesyst
     if key is None or (manifest.get("run_info") or {}).get("key") != key:
         raise IncrementalError(f"{where}: its dedup manifest was not made under its key record (_work/key.json): "
                                f"the stage was changed after it finished; rerun it")
+    if content_hash(identity) != key.get("config_hash"):
+        raise IncrementalError(f"{where}: its dedup manifest's config is not the one its key record was made from "
+                               f"(the manifest was edited after the stage finished); rerun that run")
     partitions = int((identity.get("config") or {}).get("partitions") or 0)
     if check_files:
         damaged = damaged_files(fs, stage_dir, key)
         if damaged:
             raise IncrementalError(f"{where}: committed files are missing or changed ({', '.join(damaged[:3])}); "
                                    f"rerun that run to restore them")
+    shards = _listed_shards(fs, stage_dir, content, key, where)
+    committed = _committed_index(fs, stage_dir, key)
     meta = {}
     for p in range(partitions):
-        if committed_record(fs, stage_dir, "index", f"p{p:04d}", key) is None:
+        path = storage.join(stage_dir, index_file(p))
+        if committed.get(index_file(p)) is None:
             raise IncrementalError(f"{where}: it has no committed dedup index ({index_file(p)}; made by tokenmill "
                                    f"before incremental dedup, or lost): rerun it with this version")
-        meta = _index_meta(fs, storage.join(stage_dir, index_file(p)), settings, f"{where}: {index_file(p)}")
-    shards = {}
+        size = storage.file_size(fs, path)
+        if size != committed[index_file(p)]:
+            raise IncrementalError(f"{where}: {index_file(p)} is {size} bytes, committed {committed[index_file(p)]} "
+                                   f"(cut short or changed after the run); rerun that run to restore it")
+        meta = _index_meta(fs, path, settings, f"{where}: {index_file(p)}")
+        unknown = _index_shards(fs, path, f"{where}: {index_file(p)}") - set(shards)
+        if unknown:
+            raise IncrementalError(f"{where}: {index_file(p)} names shard(s) its manifest does not list "
+                                   f"({sorted(unknown)[:3]}); refusing to read them")
+    return EarlierRun(label, location, stage_dir, partitions, shards, content_hash(content),
+                      dict((meta or {}).get("languages") or {}))
+
+
+def _listed_shards(fs, stage_dir: str, content: Mapping[str, Any], key: Mapping[str, Any], where: str
+                   ) -> dict[str, str]:
+    """{output shard name: path} of the manifest's shards, each a path inside `shards/`, and the list exactly what
+    the `filter` phase's commit records state (as the runner built it: by task key), so that a manifest edited after
+    the run cannot name other files."""
+    shards: dict[str, str] = {}
     for entry in content.get("shards") or []:
         path = entry.get("path") if isinstance(entry, dict) else None
         why = unsafe_path(path, "shards")
         if why is not None:
             raise IncrementalError(f"{where}: its manifest names shard {path!r:.200}, {why}")
         shards[shard_name(path)] = path
-    return EarlierRun(label, location, stage_dir, partitions, shards, content_hash(content),
-                      dict((meta or {}).get("languages") or {}))
+    recorded = []
+    for record_file in storage.list_files(fs, records_dir(stage_dir, "filter"), ".json"):
+        record = storage.read_json(fs, record_file)
+        if isinstance(record, dict) and record.get("key") == key:
+            recorded.append((record.get("task"), (record.get("result") or {}).get("shards") or []))
+    entries = [e for _, found in sorted(recorded, key=lambda r: str(r[0])) for e in found]
+    if entries != list(content.get("shards") or []):
+        raise IncrementalError(f"{where}: its dedup manifest's shard list is not what its committed tasks wrote "
+                               f"(the manifest was edited after the stage finished, or records were lost); rerun "
+                               f"that run")
+    return shards
+
+
+def _committed_index(fs, stage_dir: str, key: Mapping[str, Any]) -> dict[str, int]:
+    """{index file (relative to the stage folder): committed bytes} from the `index` phase's records of this key
+    (any task grouping: a record names the files it committed)."""
+    found: dict[str, int] = {}
+    for record_file in storage.list_files(fs, records_dir(stage_dir, "index"), ".json"):
+        record = storage.read_json(fs, record_file)
+        if not isinstance(record, dict) or record.get("key") != key:
+            continue
+        for f in record.get("files") or []:
+            if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("bytes"), int):
+                found[f["path"]] = f["bytes"]
+    return found
+
+
+def _index_shards(fs, path: str, where: str) -> set[str]:
+    """The output shard names an index file's rows name (its `shard` column, dictionary-encoded: only the codes are
+    decoded, a few bytes per row)."""
+    try:
+        column = pq.read_table(path, columns=["shard"], filesystem=fs, read_dictionary=["shard"]).column("shard")
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+        raise IncrementalError(f"{where} cannot be read as an index ({err})") from err
+    names: set[str] = set()
+    for chunk in column.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            used = pc.unique(chunk.indices.drop_null())
+            names.update(str(v) for v in chunk.dictionary.take(used).to_pylist())
+        else:
+            names.update(str(v) for v in pc.unique(chunk.drop_null()).to_pylist())
+    return names
 
 
 def _index_meta(fs, path: str, settings: Mapping[str, Any], where: str) -> dict[str, Any]:

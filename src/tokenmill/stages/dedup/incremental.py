@@ -4,9 +4,11 @@
 partition: this run's band rows of the partition joined with the earlier runs' index rows of the same keys, each
 pair routed to the `earlier_verify` task of its new document. `earlier_verify`, per partition: exact Jaccard of
 each pair from both texts (the new document's from the input shard, the earlier one's from the earlier run's output
-shard, only the rows named); a new document that passes is removed, the earlier one always wins; the decisions go to
+shard, only the rows named, each row group once per task: the texts first, shingled when a round needs them); a new
+document that passes is removed, the earlier one always wins; the decisions go to
 `_work/decisions/earlier-p####.parquet` for `filter`, and `buckets` leaves these documents out of the run's own
-dedup. `index`, per partition, in every run: the band keys of the documents the run kept (`index/p####.parquet`).
+dedup. `index`, per group of 8 partitions, in every run: the band keys of the documents the run kept
+(`index/p####.parquet`, a file per partition; the removed set read once per task).
 """
 
 from __future__ import annotations
@@ -195,6 +197,17 @@ def _unique_pairs(table: pa.Table) -> tuple[np.ndarray, ...]:
     return doc[order], run[order], shard[order], row[order], exact[order]
 
 
+def _unique_rows(run: np.ndarray, shard: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct earlier documents (rows run, shard, row, int64; sorted) and each pair's index among them: what
+    `np.unique(axis=0, return_inverse=True)` gives, by one lexsort (several times faster on millions of rows)."""
+    order = np.lexsort((row, shard, run))
+    earlier = np.stack([run[order], shard[order], row[order]], axis=1).astype(np.int64)
+    first = np.r_[True, (earlier[1:] != earlier[:-1]).any(axis=1)] if order.size else np.zeros(0, bool)
+    which = np.empty(order.size, np.int64)
+    which[order] = np.cumsum(first) - 1
+    return earlier[first], which
+
+
 def _first_of_doc(doc: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Mask of the first entry of each document among those in `mask` (`doc` sorted)."""
     at = np.flatnonzero(mask)
@@ -212,8 +225,9 @@ class EarlierVerify(Phase):
     name = "earlier_verify"
 
     def plan(self, stage, ctx: PlanContext) -> list[Task]:
-        # Few tasks: each reads the earlier output shards' row groups its pairs name, and a 10% dump's pairs name
-        # most row groups of the base, so every task more reads the base's text once more (1 s per 400 MB).
+        # Few tasks: each reads the earlier output shards' row groups its pairs name, once, and a 10% dump's pairs
+        # name most row groups of the base, so every task more decompresses the base's text once more (0.5 s of CPU
+        # per 400 MB). Measured at 400 MB: 4 tasks of 1M rows (300 MB each) or 2 of 1.5M (440 MB) cost the same.
         parts = parts_for(ctx.shared["earlier_pairs"]["earlier_candidate_pairs"], EARLIER_PAIRS_PER_TASK,
                           stage.config.partitions)
         return [Task(key=f"p{p:04d}", params={"part": p, "parts": parts,
@@ -251,11 +265,13 @@ class EarlierVerify(Phase):
         counts = {"earlier_pairs_not_verified": int((~within & ~settled).sum())}
         doc, run, shard, row, exact = (x[within] for x in (doc, run, shard, row, exact))
         near = ~exact & ~np.isin(doc, doc[exact])
-        earlier = np.stack([run, shard, row.astype(np.int64)], axis=1) if doc.size else np.zeros((0, 3), np.int64)
-        uniq, which = np.unique(earlier, axis=0, return_inverse=True) if doc.size else (earlier, np.zeros(0, np.int64))
-        which = np.asarray(which).reshape(-1)
+        uniq, which = _unique_rows(run, shard, row)
         # Two rounds: each new document's likeliest pair first (most bands shared), then the rest of the documents
         # that pair did not decide; one passing pair removes a document, so most never read a second earlier text.
+        # The texts either round may need are read first, each row group once (a 10% dump's pairs touch most row
+        # groups of the base: reading them per round cost twice the decompression); shingled only when verified.
+        new_texts = self._new_texts(stage, ctx, task.params["paths"], np.unique(doc[near]))
+        earlier_texts = self._earlier_texts(runs, uniq, np.unique(which[near | exact]))  # exact: for `kept_by`
         shingles: dict[int, np.ndarray] = {}
         jaccard, tried = np.zeros(doc.size), np.zeros(doc.size, bool)
         for first_round in (True, False):
@@ -263,11 +279,12 @@ class EarlierVerify(Phase):
             todo &= _first_of_doc(doc, todo) if first_round else ~tried
             if not todo.any():
                 continue
-            self._new_shingles(stage, ctx, task.params["paths"], np.unique(doc[todo]), shingles)
-            self._earlier(stage, runs, uniq, np.unique(which[todo]), ["text", "source", "lang"], shingles)
+            _shingle(stage, new_texts, np.unique(doc[todo]).astype(np.int64), 0, shingles)
+            _shingle(stage, earlier_texts, np.unique(which[todo]).astype(np.int64), -1, shingles)
             pairs = np.stack([doc[todo].astype(np.int64), -1 - which[todo]], axis=1)
             jaccard[todo] = verify(pairs, shingles, cfg.threshold)[0]
             tried |= todo
+        del shingles, new_texts
         removed, chosen, by_exact = earlier_decisions(doc, exact, jaccard, cfg.threshold)
         counts.update(earlier_pairs_verified=int(tried.sum()), earlier_pairs_not_needed=int((near & ~tried).sum()),
                       earlier_pairs_above_threshold=int((jaccard[tried] > cfg.threshold).sum()),
@@ -277,11 +294,11 @@ class EarlierVerify(Phase):
             name = "exact_duplicates" if ex else "near_duplicates"
             by_run.setdefault(runs[r].label, {}).setdefault(name, 0)
             by_run[runs[r].label][name] += 1
-        ids = self._earlier(stage, runs, uniq, np.unique(which[chosen]), ["id"], None)
+        at = np.searchsorted(earlier_texts.column("key").to_numpy(), which[chosen].astype(np.int64))
         table = pa.table({
             "doc": pa.array(removed, pa.uint64()),
             "reason": pa.array([EARLIER_REASONS[0 if e else 1] for e in by_exact.tolist()], pa.string()),
-            "kept_by": pa.array([ids[w] for w in which[chosen].tolist()], pa.string()),
+            "kept_by": earlier_texts.column("id").take(pa.array(at, pa.int64())).combine_chunks(),
             "jaccard": pa.array(np.where(by_exact, 1.0, jaccard[chosen]), pa.float64()),
             "run": pa.array([runs[r].label for r in run[chosen].tolist()], pa.string()),
         })
@@ -290,31 +307,27 @@ class EarlierVerify(Phase):
         return {"counts": counts, "by_run": by_run, "decided_shards": sorted(set(shards_of.tolist()))}
 
     @staticmethod
-    def _new_shingles(stage, ctx: TaskContext, paths: list[str], needed: np.ndarray, shingles: dict) -> None:
-        """Add the shingle sets of the new documents `needed` (by reference) not yet in `shingles`, read back from
-        the input shards."""
-        cfg = stage.config
-        needed = np.array([d for d in needed.tolist() if d not in shingles], np.uint64)
+    def _new_texts(stage, ctx: TaskContext, paths: list[str], needed: np.ndarray) -> pa.Table:
+        """(key: reference, text, lang) of the new documents `needed` (sorted references), read back from the input
+        shards (each once, only the row groups holding them), in the order of `needed`."""
+        parts = [_TEXTS.empty_table()]
         for index, docs, rows in rows_by_shard(needed):
             table = read_rows(storage.join(ctx.input_dir, paths[index]), rows, ["text", "source", "lang"], ctx.fs)
-            langs = with_fallbacks(table, stage).column("lang").to_pylist()
-            sets = shingle_hashes_many(table.column("text").to_pylist(), langs, word_ngram=cfg.word_ngram,
-                                       char_ngram=cfg.char_ngram)
-            shingles.update(zip(docs.tolist(), sets))
+            parts.append(pa.table({"key": pa.array(docs.astype(np.int64), pa.int64()), "id": pa.nulls(len(docs),
+                                                                                                         pa.string()),
+                                   "text": table.column("text").cast(pa.large_string()),
+                                   "lang": with_fallbacks(table, stage).column("lang").cast(pa.string())},
+                                  schema=_TEXTS))
+        return pa.concat_tables(parts)
 
     @staticmethod
-    def _earlier(stage, runs: list[EarlierRun], uniq: np.ndarray, at: np.ndarray, columns: list[str],
-                 shingles: dict | None) -> dict[int, str]:
-        """The earlier documents `uniq[at]` (rows run, shard, row; `at` ascending) read from their runs' output
-        shards, each shard once, only these rows: with `shingles`, their shingle sets added under -1 - index (those
-        not there yet; languages from the `lang` column, else the source's as the earlier run recorded it);
-        returns their ids when `columns` has `id`."""
-        cfg = stage.config
-        ids: dict[int, str] = {}
-        if shingles is not None:
-            at = np.array([i for i in at.tolist() if -1 - i not in shingles], np.int64)
+    def _earlier_texts(runs: list[EarlierRun], uniq: np.ndarray, at: np.ndarray) -> pa.Table:
+        """(key: index into `uniq`, id, text, lang) of the earlier documents `uniq[at]` (rows run, shard, row; `at`
+        ascending), read from their runs' output shards, each shard once, only the row groups holding these rows;
+        the language from the `lang` column, else the source's as the earlier run recorded it."""
+        parts = [_TEXTS.empty_table()]
         if not at.size:
-            return ids
+            return parts[0]
         keys = uniq[at, 0] * (1 << 32) + uniq[at, 1]
         cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
         for start, stop in zip(cuts.tolist(), [*cuts[1:].tolist(), at.size]):
@@ -323,20 +336,35 @@ class EarlierVerify(Phase):
             name = sorted(run.shards)[int(uniq[mine[0], 1])]
             fs, _ = storage.filesystem_for(run.location)
             rows = uniq[mine, 2]
-            table = read_rows(storage.join(run.stage_dir, run.shards[name]), rows, columns, fs)
+            table = read_rows(storage.join(run.stage_dir, run.shards[name]), rows, ["id", "text", "source", "lang"], fs)
             if table.num_rows != rows.size:
                 raise IncrementalError(f"stages.dedup.against: {run.label!r}: {run.shards[name]} lacks rows its "
                                        f"index names; the run was changed after it finished")
-            if "id" in columns:
-                ids.update(zip(mine.tolist(), table.column("id").cast(pa.string()).to_pylist()))
-            if shingles is None:
-                continue
-            langs = (table.column("lang").to_pylist() if "lang" in table.column_names
-                     else [run.languages.get(s) for s in table.column("source").to_pylist()])
-            sets = shingle_hashes_many(table.column("text").to_pylist(), langs, word_ngram=cfg.word_ngram,
-                                       char_ngram=cfg.char_ngram)
-            shingles.update(zip((-1 - mine).tolist(), sets))
-        return ids
+            langs = (table.column("lang").cast(pa.string()) if "lang" in table.column_names else
+                     pa.array([run.languages.get(s) for s in table.column("source").to_pylist()], pa.string()))
+            parts.append(pa.table({"key": pa.array(mine.astype(np.int64), pa.int64()),
+                                   "id": table.column("id").cast(pa.string()),
+                                   "text": table.column("text").cast(pa.large_string()), "lang": langs}, schema=_TEXTS))
+        return pa.concat_tables(parts)
+
+
+_TEXTS = pa.schema({"key": pa.int64(), "id": pa.string(), "text": pa.large_string(), "lang": pa.string()})
+"""Documents read back for `earlier_verify`: a key (a new document's reference, an earlier one's index), id, text,
+shingling language; sorted by key."""
+
+
+def _shingle(stage, texts: pa.Table, keys: np.ndarray, sign: int, shingles: dict) -> None:
+    """Add the shingle sets of the documents `keys` (sorted, all in `texts`) not yet in `shingles`, under their key
+    (`sign` 0), or -1 - key (`sign` -1: earlier documents), shingled exactly as `signatures` did."""
+    cfg = stage.config
+    names = keys if sign == 0 else -1 - keys
+    keys = keys[np.array([int(n) not in shingles for n in names.tolist()], bool)] if keys.size else keys
+    if not keys.size:
+        return
+    at = pa.array(np.searchsorted(texts.column("key").to_numpy(), keys), pa.int64())
+    sets = shingle_hashes_many(texts.column("text").take(at).to_pylist(), texts.column("lang").take(at).to_pylist(),
+                               word_ngram=cfg.word_ngram, char_ngram=cfg.char_ngram)
+    shingles.update(zip((keys if sign == 0 else -1 - keys).tolist(), sets))
 
 
 def earlier_removed(ctx: TaskContext) -> np.ndarray:
@@ -347,23 +375,38 @@ def earlier_removed(ctx: TaskContext) -> np.ndarray:
     return np.unique(np.concatenate(docs)).astype(np.uint64) if docs else np.zeros(0, np.uint64)
 
 
+INDEX_PARTS_PER_TASK = 8
+"""Index partitions one `index` task writes (one file each): the removed set, read from every decision file, is
+read once per task, not once per partition; the phase runs at the end of every dedup run."""
+
+
 class Index(Phase):
-    """Per partition, in every run: the band keys and exact hashes of the documents this run kept, named by output
-    shard and row (`index/p####.parquet`): what a later run with `against` reads."""
+    """Per group of `INDEX_PARTS_PER_TASK` partitions, in every run: the band keys and exact hashes of the documents
+    this run kept, named by output shard and row (`index/p####.parquet`, one file per partition): what a later run
+    with `against` reads."""
 
     name = "index"
 
     def plan(self, stage, ctx: PlanContext) -> list[Task]:
         names = [shard_name(s["path"]) for s in ctx.input_shards]
-        return [Task(key=f"p{p:04d}", params={"part": p, "names": names}) for p in range(stage.config.partitions)]
+        partitions = stage.config.partitions
+        return [Task(key=f"p{first:04d}-p{min(first + INDEX_PARTS_PER_TASK, partitions) - 1:04d}",
+                     params={"parts": list(range(first, min(first + INDEX_PARTS_PER_TASK, partitions))),
+                             "names": names})
+                for first in range(0, partitions, INDEX_PARTS_PER_TASK)]
 
     def run(self, stage, task: Task, ctx: TaskContext) -> Any:
-        rows = _read_folder(ctx.fs, storage.join(ctx.stage_dir, f"_work/bands/{task.key}"), PAIR_COLUMNS)
         decided = _read_folder(ctx.fs, storage.join(ctx.stage_dir, "_work/decisions"), ["doc", "reason"])
         removed = (decided.filter(pc.is_valid(decided.column("reason"))).column("doc").to_numpy()
                    if decided is not None else np.zeros(0, np.uint64))
-        table = index_table(rows, removed, list(task.params["names"]))
+        removed = np.unique(removed.astype(np.uint64, copy=False))
+        del decided
         languages = {name: source.language for name, source in stage.run.sources.items()}
-        ctx.write(index_file(int(task.params["part"])),
-                  index_bytes(table, index_meta(stage_settings(stage), languages)))
-        return {"rows": table.num_rows}
+        meta = index_meta(stage_settings(stage), languages)
+        rows_written = 0
+        for part in task.params["parts"]:
+            rows = _read_folder(ctx.fs, storage.join(ctx.stage_dir, f"_work/bands/p{int(part):04d}"), PAIR_COLUMNS)
+            table = index_table(rows, removed, list(task.params["names"]))
+            ctx.write(index_file(int(part)), index_bytes(table, meta))
+            rows_written += table.num_rows
+        return {"rows": rows_written}
