@@ -43,7 +43,7 @@ int32 column, found by its statistics), so a round is P files, not P^2 (see :fun
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -83,10 +83,11 @@ def owner(nodes: np.ndarray, partitions: int) -> np.ndarray:
     return route(np.asarray(nodes, np.uint64), partitions).astype(np.int64)
 
 
-def split_bytes(table: pa.Table, dest: np.ndarray) -> bytes:
+def split_bytes(table: pa.Table, dest: np.ndarray, **options: Any) -> bytes:
     """`table` as Parquet bytes with one row group per destination (ascending; rows keep their order within one)
-    and the destination as a `part` column, so that a reader of destination d reads only its row group."""
-    writer = SplitWriter()
+    and the destination as a `part` column, so that a reader of destination d reads only its row group.
+    `options`: `pq.ParquetWriter`'s (encodings), beside zstd compression."""
+    writer = SplitWriter(**options)
     writer.add(table, dest)
     return writer.finish()
 
@@ -96,8 +97,9 @@ class SplitWriter:
     group per destination; each time the rows held reach it, they are written out as one row group per destination
     (a destination's rows then span several row groups, in the order given)."""
 
-    def __init__(self, budget: int | None = None):
+    def __init__(self, budget: int | None = None, **options: Any):
         self.budget = budget
+        self.options = options
         self.pending: list[tuple[pa.Table, np.ndarray]] = []
         self.held = 0
         self.sink = pa.BufferOutputStream()
@@ -121,7 +123,7 @@ class SplitWriter:
         dest = dest[order]
         table = table.take(pa.array(order, pa.int64())).append_column(PART, pa.array(dest.astype(np.int32)))
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.sink, table.schema, compression="zstd")
+            self.writer = pq.ParquetWriter(self.sink, table.schema, compression="zstd", **self.options)
         cuts = np.flatnonzero(np.r_[True, dest[1:] != dest[:-1]]) if dest.size else np.zeros(0, np.int64)
         for start, stop in zip(cuts.tolist(), [*cuts[1:].tolist(), dest.size]):
             self.writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
@@ -131,7 +133,7 @@ class SplitWriter:
         self._flush()
         if self.writer is None:
             schema = (self.schema or pa.schema([])).append(pa.field(PART, pa.int32()))
-            self.writer = pq.ParquetWriter(self.sink, schema, compression="zstd")
+            self.writer = pq.ParquetWriter(self.sink, schema, compression="zstd", **self.options)
         self.writer.close()
         return self.sink.getvalue().to_pybytes()
 

@@ -25,6 +25,7 @@ from tokenmill.dedup.distributed_components import iter_parts, parts_for, split_
 from tokenmill.dedup.incremental import (EarlierRun, IncrementalError, compatible_parts, earlier_decisions,
                                          index_bytes, index_file, index_meta, index_table, match,
                                          cap_per_doc, settings_of)
+from tokenmill.stages.dedup.band_files import read_partition
 from tokenmill.stages.dedup.earlier_run import open_run
 from tokenmill.dedup.lsh import choose_bands
 from tokenmill.dedup.refs import route, rows_by_shard
@@ -141,7 +142,7 @@ class EarlierPairs(Phase):
 
     def run(self, stage, task: Task, ctx: TaskContext) -> Any:
         part, partitions = int(task.params["part"]), stage.config.partitions
-        own = _read_folder(ctx.fs, storage.join(ctx.stage_dir, f"_work/bands/{task.key}"), PAIR_COLUMNS)
+        own = read_partition(ctx, int(task.key[1:]), PAIR_COLUMNS)  # the key is p####
         found = []
         for r, run in enumerate(_runs(ctx)):
             if own is None or not own.num_rows:
@@ -405,7 +406,7 @@ class Index(Phase):
         meta = index_meta(stage_settings(stage), languages)
         rows_written = 0
         for part in task.params["parts"]:
-            rows = _read_folder(ctx.fs, storage.join(ctx.stage_dir, f"_work/bands/p{int(part):04d}"), PAIR_COLUMNS)
+            rows = read_partition(ctx, int(part), PAIR_COLUMNS)
             table = index_table(rows, removed, list(task.params["names"]))
             ctx.write(index_file(int(part)), index_bytes(table, meta))
             rows_written += table.num_rows

@@ -48,6 +48,7 @@ from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.documents import NO_DICTIONARY, ZSTD_LEVEL, parquet_bytes, read_rows
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
+from tokenmill.stages.dedup.band_files import band_bytes, band_path, read_partition
 from tokenmill.stages.dedup.config import DedupConfig
 from tokenmill.stages.dedup.incremental import (EARLIER_REASONS, Against, EarlierPairs, EarlierVerify, Index,
                                                 against_identity, against_problems, earlier_removed)
@@ -73,15 +74,6 @@ def _read_columns(ctx: TaskContext, path: str, columns: list[str]) -> pa.Table:
         pf = pq.ParquetFile(f)
         names = set(pf.schema_arrow.names)
         return pf.read(columns=[c for c in columns if c in names]).replace_schema_metadata(None)
-
-
-def _band_bytes(table: pa.Table) -> bytes:
-    """A band-key file as Parquet: keys are random 64-bit values, so plain (a dictionary only adds to them); the
-    document references ascend within a file, so delta-encoded (under a byte a row instead of about 2.5)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", use_dictionary=["band"],
-                   column_encoding={"key": "PLAIN", "doc": "DELTA_BINARY_PACKED"})
-    return sink.getvalue().to_pybytes()
 
 
 class Signatures(Phase):
@@ -111,8 +103,7 @@ class Signatures(Phase):
         ctx.write(f"_work/docs/{task.key}.parquet", parquet_bytes(pa.table({
             "length": pc.utf8_length(table.column("text")).cast(pa.int64()),
         })))
-        for p, rows in enumerate(band_tables(keys, docs, hashes, stage.bands, cfg.partitions)):
-            ctx.write(f"_work/bands/p{p:04d}/{task.key}.parquet", _band_bytes(rows))
+        ctx.write(band_path(task.key), band_bytes(band_tables(keys, docs, hashes, stage.bands, cfg.partitions)))
         return {"docs": len(texts)}
 
 
@@ -136,7 +127,7 @@ class Buckets(Phase):
         return _sum_counts(results)
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        rows = _read_all(ctx, f"_work/bands/{task.key}")
+        rows = read_partition(ctx, int(task.key[1:]))  # the key is p####
         if stage.config.against and rows is not None:  # documents an earlier run's removed are not this run's
             rows = rows.filter(pa.array(~np.isin(rows.column("doc").to_numpy(), earlier_removed(ctx))))
         found = bucket_pairs(rows, stage.config.max_pairs_per_bucket, stage.config.partitions)
