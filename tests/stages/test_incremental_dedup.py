@@ -46,8 +46,10 @@ def _dumps(root: Path) -> None:
     write_jsonl(root / "dump2" / "y.jsonl", two[9:])
 
 
-def _config(root: Path, name: str, patterns: list[str], **dedup) -> Path:
-    config = {"output": f"out-{name}", "seed": 1, "ingest": {"docs_per_shard": 5},
+def _config(root: Path, name: str, patterns: list[str], output: str | None = None, docs_per_shard: int = 5,
+            **dedup) -> Path:
+    """A run of one jsonl source with dedup only (`keep: KEEP`, 4 partitions, unless `dedup` says otherwise)."""
+    config = {"output": output or f"out-{name}", "seed": 1, "ingest": {"docs_per_shard": docs_per_shard},
               "sources": [{"name": "web", "format": "jsonl", "paths": patterns, "id_field": "id"}],
               "stages": {"dedup": {"partitions": 4, "keep": KEEP, **dedup}}}
     path = root / f"{name}.yaml"

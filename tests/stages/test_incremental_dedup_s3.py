@@ -4,33 +4,17 @@ same removals and the same output bytes as against the same run on local disk.""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from tests.conftest import write_jsonl
 from tests.pipeline.test_runner import tree
 from tests.stages.test_dedup_stage import article, edited
+from tests.stages.test_incremental_dedup import _config, _dropped
 from tokenmill.pipeline.config import check_paths, load_config
 from tokenmill.pipeline.runner import run_pipeline
 
 pytestmark = [pytest.mark.ray, pytest.mark.long]  # four runs of ingest + dedup, two of them on S3
-
-
-def _config(root: Path, name: str, patterns: list[str], output: str, **dedup) -> Path:
-    config = {"output": output, "seed": 1, "ingest": {"docs_per_shard": 4},
-              "sources": [{"name": "web", "format": "jsonl", "paths": patterns, "id_field": "id"}],
-              "stages": {"dedup": {"partitions": 2, "keep": ["lowest_id"], **dedup}}}
-    path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def _dropped(out: Path) -> dict[str, str]:
-    rows = [r for p in sorted((out / "dedup" / "dropped").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
-    return {r["id"]: r["drop_reason"] for r in rows}
 
 
 def test_an_earlier_run_on_s3_removes_what_the_same_run_on_local_disk_removes(ray_cluster, s3_server, tmp_path):
@@ -43,12 +27,13 @@ def test_an_earlier_run_on_s3_removes_what_the_same_run_on_local_disk_removes(ra
     write_jsonl(tmp_path / "two" / "x.jsonl", two)
     s3_server.create_bucket("runs")
     for output in ("s3://runs/one", str(tmp_path / "one-local")):
-        run_pipeline(load_config(_config(tmp_path, "one", ["one/*.jsonl"], output)))
-    on_s3 = _config(tmp_path, "two-s3", ["two/*.jsonl"], str(tmp_path / "two-s3"), against=["s3://runs/one"])
+        run_pipeline(load_config(_config(tmp_path, "one", ["one/*.jsonl"], output, 4, partitions=2)))
+    on_s3 = _config(tmp_path, "two-s3", ["two/*.jsonl"], str(tmp_path / "two-s3"), 4, partitions=2,
+                    against=["s3://runs/one"])
     check_paths(load_config(on_s3))  # `validate` checks the run on S3 as it does a local one
     run_pipeline(load_config(on_s3))
-    run_pipeline(load_config(_config(tmp_path, "two-local", ["two/*.jsonl"], str(tmp_path / "two-local"),
-                                     against=[str(tmp_path / "one-local")])))
+    run_pipeline(load_config(_config(tmp_path, "two-local", ["two/*.jsonl"], str(tmp_path / "two-local"), 4,
+                                     partitions=2, against=[str(tmp_path / "one-local")])))
     got, want = _dropped(tmp_path / "two-s3"), _dropped(tmp_path / "two-local")
     assert got == want == {"b0": "exact_duplicate_of_earlier_run", "b1": "near_duplicate_of_earlier_run",
                            "b2": "exact_duplicate_of_earlier_run"}
