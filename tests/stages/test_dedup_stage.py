@@ -117,6 +117,38 @@ def phase_files_hold_no_text_nor_shingles(out: Path) -> None:
     assert docs < 0.1 * text, (docs, text)
 
 
+@pytest.mark.long  # a dedup run, then its later phases again: about 10 s on 2 loaded cores
+def test_a_band_file_not_where_this_version_writes_it_fails_the_partition_naming_it(ray_cluster, corpus, tmp_path):
+    """A `_work` resumed after its band files were lost, or left by a version that laid them out otherwise (one file
+    per shard and partition, in a folder per partition): the buckets tasks open each shard's file by name and fail
+    naming it, instead of reading no rows and finding no duplicates."""
+    import shutil
+
+    from tokenmill.errors import StageFailed
+
+    config, _ = corpus
+    out = tmp_path / "o"
+    run_into(config, out)
+    work = out / "dedup" / "_work"
+    moved = sorted((work / "bands").glob("*.parquet"))[0]
+    (work / "bands" / "p0000").mkdir()
+    shutil.move(str(moved), str(work / "bands" / "p0000" / moved.name))
+    # Its commit record names it where it now is, as an older version's record would: the task stays committed.
+    record = work / "commits" / "signatures" / f"{moved.stem}.json"
+    data = json.loads(record.read_text())
+    for f in data["files"]:
+        f["path"] = f["path"].replace("_work/bands/", "_work/bands/p0000/")
+    record.write_text(json.dumps(data))
+    (out / "dedup" / "manifest.json").unlink()
+    for phase in sorted(p.name for p in (work / "commits").iterdir()):
+        if phase != "signatures":
+            shutil.rmtree(work / "commits" / phase)
+    with pytest.raises(StageFailed) as failed:
+        run_into(config, out)
+    assert failed.value.failures and all(moved.name in why for _, why in failed.value.failures), failed.value.failures
+
+
+@pytest.mark.long  # three dedup runs (one and two workers, a resume): 19 s on 2 loaded cores
 def test_workers_do_not_change_bytes_and_resume_is_exact(ray_cluster, corpus, tmp_path):
     config, _ = corpus
     run_into(config, tmp_path / "w1", workers=1)

@@ -6,7 +6,8 @@ import pyarrow as pa
 
 from tokenmill.dedup.distributed_components import iter_parts, split_bytes
 from tokenmill.pipeline import storage
-from tokenmill.pipeline.contract import TaskContext
+from tokenmill.pipeline.contract import PlanContext, TaskContext
+from tokenmill.pipeline.map_phase import shard_name
 
 FOLDER = "_work/bands"
 
@@ -21,25 +22,31 @@ def band_bytes(tables: list[pa.Table]) -> bytes:
                        column_encoding={"key": "PLAIN", "doc": "DELTA_BINARY_PACKED", "exact": "PLAIN"})
 
 
+def shard_names(ctx: PlanContext) -> list[str]:
+    """The `signatures` tasks' keys, one per input shard: the band files a partition's reader opens."""
+    return [shard_name(s["path"]) for s in ctx.input_shards]
+
+
 def band_path(task_key: str) -> str:
     """The band file of the `signatures` task `task_key` (relative to the stage folder)."""
     return f"{FOLDER}/{task_key}.parquet"
 
 
-def read_partition(ctx: TaskContext, part: int, columns: list[str] | None = None) -> pa.Table | None:
-    """Partition `part`'s band rows of every `signatures` task, in the order of the files' names; None when there
-    are no band files."""
-    files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, FOLDER), ".parquet")
-    if not files:
-        return None
+def read_partition(ctx: TaskContext, part: int, names: list[str], columns: list[str] | None = None) -> pa.Table:
+    """Partition `part`'s band rows of the `signatures` tasks `names` (every input shard's), in name order. Each file
+    is opened by its name, never found by a listing: a missing one (lost, or a `_work` left by a version that laid
+    band keys out otherwise) fails the task naming it, instead of giving a partition without its rows."""
+    files = [storage.join(ctx.stage_dir, band_path(name)) for name in sorted(names)]
     tables = list(iter_parts(files, part, columns, ctx.fs))
-    return pa.concat_tables(tables) if tables else read_empty(files[0], columns, ctx)
+    return pa.concat_tables(tables) if tables else _no_rows(files, columns, ctx)
 
 
-def read_empty(path: str, columns: list[str] | None, ctx: TaskContext) -> pa.Table:
-    """No rows, with the band files' columns (those of `columns`)."""
+def _no_rows(files: list[str], columns: list[str] | None, ctx: TaskContext) -> pa.Table | None:
+    """No rows, with the band files' columns (those of `columns`); None when there are no files (no input shard)."""
     import pyarrow.parquet as pq
 
-    schema = pq.read_schema(path, filesystem=ctx.fs)
+    if not files:
+        return None
+    schema = pq.read_schema(files[0], filesystem=ctx.fs)
     names = [n for n in schema.names if n != "part"] if columns is None else columns
     return pa.Table.from_batches([], pa.schema([schema.field(n) for n in names]))

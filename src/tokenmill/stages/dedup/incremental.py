@@ -25,7 +25,7 @@ from tokenmill.dedup.distributed_components import iter_parts, parts_for, split_
 from tokenmill.dedup.incremental import (EarlierRun, IncrementalError, compatible_parts, earlier_decisions,
                                          index_bytes, index_file, index_meta, index_table, match,
                                          cap_per_doc, settings_of)
-from tokenmill.stages.dedup.band_files import read_partition
+from tokenmill.stages.dedup.band_files import shard_names, read_partition
 from tokenmill.stages.dedup.earlier_run import open_run
 from tokenmill.dedup.lsh import choose_bands
 from tokenmill.dedup.refs import route, rows_by_shard
@@ -36,7 +36,6 @@ from tokenmill.errors import TokenmillError
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, Task, TaskContext
-from tokenmill.pipeline.map_phase import shard_name
 
 __all__ = ["EARLIER_REASONS", "Against", "EarlierPairs", "EarlierVerify", "Index", "against_identity",
            "against_problems", "earlier_removed", "location_of"]
@@ -135,14 +134,15 @@ class EarlierPairs(Phase):
     name = "earlier_pairs"
 
     def plan(self, stage, ctx: PlanContext) -> list[Task]:
-        return [Task(key=f"p{p:04d}", params={"part": p}) for p in range(stage.config.partitions)]
+        names = shard_names(ctx)  # the signatures tasks, whose band files it reads
+        return [Task(key=f"p{p:04d}", params={"part": p, "names": names}) for p in range(stage.config.partitions)]
 
     def reduce(self, stage, results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return {"earlier_candidate_pairs": sum(int(r["pairs"]) for r in results.values())}
 
     def run(self, stage, task: Task, ctx: TaskContext) -> Any:
         part, partitions = int(task.params["part"]), stage.config.partitions
-        own = read_partition(ctx, int(task.key[1:]), PAIR_COLUMNS)  # the key is p####
+        own = read_partition(ctx, int(task.key[1:]), task.params["names"], PAIR_COLUMNS)  # the key is p####
         found = []
         for r, run in enumerate(_runs(ctx)):
             if own is None or not own.num_rows:
@@ -389,7 +389,7 @@ class Index(Phase):
     name = "index"
 
     def plan(self, stage, ctx: PlanContext) -> list[Task]:
-        names = [shard_name(s["path"]) for s in ctx.input_shards]
+        names = shard_names(ctx)
         partitions = stage.config.partitions
         return [Task(key=f"p{first:04d}-p{min(first + INDEX_PARTS_PER_TASK, partitions) - 1:04d}",
                      params={"parts": list(range(first, min(first + INDEX_PARTS_PER_TASK, partitions))),
@@ -406,7 +406,7 @@ class Index(Phase):
         meta = index_meta(stage_settings(stage), languages)
         rows_written = 0
         for part in task.params["parts"]:
-            rows = read_partition(ctx, int(part), PAIR_COLUMNS)
+            rows = read_partition(ctx, int(part), task.params["names"], PAIR_COLUMNS)
             table = index_table(rows, removed, list(task.params["names"]))
             ctx.write(index_file(int(part)), index_bytes(table, meta))
             rows_written += table.num_rows

@@ -48,7 +48,7 @@ from tokenmill.pipeline.columns import with_fallbacks
 from tokenmill.documents import NO_DICTIONARY, ZSTD_LEVEL, parquet_bytes, read_rows
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
-from tokenmill.stages.dedup.band_files import band_bytes, band_path, read_partition
+from tokenmill.stages.dedup.band_files import shard_names, band_bytes, band_path, read_partition
 from tokenmill.stages.dedup.config import DedupConfig
 from tokenmill.stages.dedup.incremental import (EARLIER_REASONS, Against, EarlierPairs, EarlierVerify, Index,
                                                 against_identity, against_problems, earlier_removed)
@@ -121,13 +121,14 @@ class Buckets(Phase):
     name = "buckets"
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key=f"p{p:04d}") for p in range(stage.config.partitions)]
+        names = shard_names(ctx)  # the signatures tasks, whose band files it reads
+        return [Task(key=f"p{p:04d}", params={"names": names}) for p in range(stage.config.partitions)]
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return _sum_counts(results)
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        rows = read_partition(ctx, int(task.key[1:]))  # the key is p####
+        rows = read_partition(ctx, int(task.key[1:]), task.params["names"])  # the key is p####
         if stage.config.against and rows is not None:  # documents an earlier run's removed are not this run's
             rows = rows.filter(pa.array(~np.isin(rows.column("doc").to_numpy(), earlier_removed(ctx))))
         found = bucket_pairs(rows, stage.config.max_pairs_per_bucket, stage.config.partitions)
