@@ -46,6 +46,7 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           env={**os.environ, **env})
 
 
+@pytest.mark.long  # CLI subprocesses against the S3 server: 14 s
 def test_credentials_in_a_uri_are_refused_and_never_shown(s3_server, tmp_path):
     """`s3://KEY:SECRET@bucket/...` used to be handed to pyarrow, whose error quoted it whole: the secret was on the
     terminal. Refused in every place a URI is taken (source patterns, a source root, the output, a run folder on the
@@ -84,6 +85,7 @@ def test_display_uri_redacts_every_uri_in_a_text():
     assert uris.uri_problem("s3://bkt/key@2x.png") is None and uris.uri_problem("/local/a@b.jsonl") is None
 
 
+@pytest.mark.long  # CLI subprocesses against the S3 server: 10 s
 def test_a_uri_without_a_bucket_says_so(s3_server, tmp_path):
     """`s3:///xyz` used to say "matches no file" (pyarrow takes `xyz` for the bucket); it names no bucket."""
     s3_server.create_bucket("xyz")

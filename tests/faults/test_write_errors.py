@@ -74,6 +74,7 @@ def test_shard_write_error_commits_nothing_of_the_task(reference, fault_plan, tm
     assert_conserved(reference, out, stage)
 
 
+@pytest.mark.long  # the CLI in a subprocess over the reference run: 11 s
 @pytest.mark.ray
 def test_cli_names_the_task_the_file_and_the_error(reference, tmp_path):
     """What a person sees: `tokenmill run` (joining the session's cluster) exits 1 with the task, file and error."""

@@ -54,6 +54,7 @@ def test_same_samples_as_local_for_1000_steps_within_a_quarter_cache(data, tmp_p
     assert stats["bytes_fetched"] > total and stats["files_fetched"] > 64
 
 
+@pytest.mark.long  # ten resumes streaming from the S3 server: 10 s
 def test_resume_exactly_at_10_random_points(data, tmp_path):
     path, total, _ = data
     steps = 300

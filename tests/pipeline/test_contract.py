@@ -94,6 +94,7 @@ class Global(MapStage):
         return {"shards": stats["shards"], **(reduced or {})}
 
 
+@pytest.mark.long  # a stage on its own Ray cluster with custom resources: 15 s
 @pytest.mark.ray
 def test_driver_phase_resources_and_reduce_results_reach_the_report(ray_cluster, tmp_path):
     import ray.cloudpickle

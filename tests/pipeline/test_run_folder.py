@@ -111,6 +111,7 @@ def test_second_driver_on_one_run_folder_is_refused_naming_the_holder(ray_cluste
     assert json.loads(locks[0].read_text())["pid"] == driver_a.pid
 
 
+@pytest.mark.long  # a driver killed and its lock waited out: 9 s on 2 loaded cores
 @pytest.mark.ray
 def test_lock_of_a_killed_driver_is_taken_over(ray_cluster, tmp_path, caplog):
     corpus = make_corpus(tmp_path / "corpus")

@@ -133,8 +133,10 @@ def test_resume_after_losing_commits_of_every_phase(corpus, tokenized, tmp_path)
     assert engines == {"tiktoken"}  # GPT-2 files: the fast engine applies (proven equal at load)
 
 
-# `tokenizers`: about 10 s, `make test-slow`; `auto` (tiktoken, the engine a run picks) in `make test`
-@pytest.mark.parametrize("engine", ["auto", pytest.param("tokenizers", marks=pytest.mark.slow)])
+# `tokenizers`: about 10 s, `make test-slow`; `auto` (tiktoken, the engine a run picks; 13 s on 2 loaded cores) in
+# `make test-all`
+@pytest.mark.parametrize("engine", [pytest.param("auto", marks=pytest.mark.long),
+                                    pytest.param("tokenizers", marks=pytest.mark.slow)])
 def test_added_tokens_give_the_tokenizers_own_ids_on_every_document(ray_cluster, shared_data, tmp_path, engine):
     """A GPT-NeoX-like tokenizer (non-special added tokens for runs of spaces): every sequence the stage writes is
     `encode(text, add_special_tokens=False)` of the tokenizer as given, with either engine, on real web documents;

@@ -70,6 +70,7 @@ def test_two_processes_with_torchrun_then_resume_on_one_and_on_three(tokens, tmp
     assert [r["batch"] for r in rows_back[24:]] == [24, 25] and all(np.isfinite(r["loss"]) for r in rows_back)
 
 
+@pytest.mark.long  # two ranks against one process: 16 s on 2 loaded cores
 def test_fsdp_gradients_equal_a_single_process_reference(tokens, tmp_path):
     path = write_config(tmp_path / "train.yaml", config(tokens, tmp_path / "run", dropout=0.0, micro_batch_size=3))
     out = tmp_path / "grads.pt"
