@@ -204,6 +204,14 @@ def committed_records(fs: pafs.FileSystem, stage_dir: str, phase: str, task_keys
     return {k: r for k, r in found.items() if r is not None}
 
 
+def key_records(fs: pafs.FileSystem, stage_dir: str, phase: str, stage_key: dict) -> list[dict]:
+    """Every record of a phase made under this key, in task-key order, from one listing of its records folder;
+    neither their files nor their paths are checked (`committed_record` and `damaged_files` do that)."""
+    records = [storage.read_json(fs, path) for path in storage.list_files(fs, records_dir(stage_dir, phase), ".json")]
+    found = [r for r in records if isinstance(r, dict) and r.get("key") == stage_key]
+    return sorted(found, key=lambda r: str(r.get("task")))
+
+
 def damaged_files(fs: pafs.FileSystem, stage_dir: str, stage_key: dict) -> list[str]:
     """Files that committed records of this key name but that are gone or of another size, as `path (why)`.
 

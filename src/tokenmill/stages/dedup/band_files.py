@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tokenmill.dedup.distributed_components import iter_parts, split_bytes
 from tokenmill.pipeline import storage
@@ -43,8 +44,6 @@ def read_partition(ctx: TaskContext, part: int, names: list[str], columns: list[
 
 def _no_rows(files: list[str], columns: list[str] | None, ctx: TaskContext) -> pa.Table | None:
     """No rows, with the band files' columns (those of `columns`); None when there are no files (no input shard)."""
-    import pyarrow.parquet as pq
-
     if not files:
         return None
     schema = pq.read_schema(files[0], filesystem=ctx.fs)

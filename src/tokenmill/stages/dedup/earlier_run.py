@@ -24,7 +24,7 @@ from tokenmill.dedup.incremental import (INDEX_META, SCHEME, EarlierRun, Increme
                                          setting_differences, settings_of)
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline import runfolder, storage
-from tokenmill.pipeline.commit import damaged_files, records_dir
+from tokenmill.pipeline.commit import damaged_files, key_records
 from tokenmill.pipeline.manifest import content_hash, read_manifest, unsafe_path
 from tokenmill.pipeline.map_phase import shard_name
 
@@ -107,12 +107,8 @@ def _listed_shards(fs, stage_dir: str, content: Mapping[str, Any], key: Mapping[
         if why is not None:
             raise IncrementalError(f"{where}: its manifest names shard {path!r:.200}, {why}")
         shards[shard_name(path)] = path
-    recorded = []
-    for record_file in storage.list_files(fs, records_dir(stage_dir, "filter"), ".json"):
-        record = storage.read_json(fs, record_file)
-        if isinstance(record, dict) and record.get("key") == key:
-            recorded.append((record.get("task"), (record.get("result") or {}).get("shards") or []))
-    entries = [e for _, found in sorted(recorded, key=lambda r: str(r[0])) for e in found]
+    entries = [e for record in key_records(fs, stage_dir, "filter", key)
+               for e in (record.get("result") or {}).get("shards") or []]
     if entries != list(content.get("shards") or []):
         raise IncrementalError(f"{where}: its dedup manifest's shard list is not what its committed tasks wrote "
                                f"(the manifest was edited after the stage finished, or records were lost); rerun "
@@ -124,10 +120,7 @@ def _committed_index(fs, stage_dir: str, key: Mapping[str, Any]) -> dict[str, in
     """{index file (relative to the stage folder): committed bytes} from the `index` phase's records of this key
     (any task grouping: a record names the files it committed)."""
     found: dict[str, int] = {}
-    for record_file in storage.list_files(fs, records_dir(stage_dir, "index"), ".json"):
-        record = storage.read_json(fs, record_file)
-        if not isinstance(record, dict) or record.get("key") != key:
-            continue
+    for record in key_records(fs, stage_dir, "index", key):
         for f in record.get("files") or []:
             if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("bytes"), int):
                 found[f["path"]] = f["bytes"]
