@@ -361,10 +361,11 @@ def test_a_source_pattern_reaching_an_object_store_output_is_refused(s3_server, 
     assert "sources[0].paths" not in str(err.value)  # its pattern stays out of the output
 
 
-def test_each_pattern_is_listed_once_to_validate_and_once_to_plan(s3_server, tmp_path, monkeypatch):
+def test_each_pattern_is_listed_once_per_run(s3_server, tmp_path, monkeypatch):
     """A listing costs a request per thousand objects: validation lists each pattern once (its problems, its matches
-    and the overlaps between sources from that one listing), planning once more (the objects with their sizes and
-    times, no HEAD per object); the stamps the listing gives are those a HEAD gives later (`check_unchanged`)."""
+    and the overlaps between sources from that one listing, the objects with their sizes and times) and planning
+    uses that listing (no second listing, no HEAD per object); the stamps the listing gives are those a HEAD gives
+    later (`check_unchanged`). A copy of the config moved to another folder lists anew."""
     from tokenmill.readers.base import file_stamp
     from tokenmill.stages.ingest import list_source_files
 
@@ -387,6 +388,9 @@ def test_each_pattern_is_listed_once_to_validate_and_once_to_plan(s3_server, tmp
     assert sorted(calls) == sorted(patterns)
     calls.clear()
     files = list_source_files(config)
+    assert calls == []
+    assert [f.path for f in list_source_files(config.model_copy(update={"base_dir": str(tmp_path / "x")}))] == \
+        [f.path for f in files]
     assert sorted(calls) == sorted(patterns)
     assert [(f.source, f.path, f.relpath) for f in files] == [("s", "s3://bkt/in/a.jsonl", "a.jsonl"),
                                                               ("s", "s3://bkt/in/x/b.jsonl", "x/b.jsonl"),

@@ -251,3 +251,17 @@ def test_overlap_check_never_globs_an_unsafe_pattern(tmp_path, base):
     message = refused(base, tmp_path)
     assert "walks through a symlink loop" in message
     assert "also matched by" not in message
+
+
+def test_the_run_reads_the_files_validation_listed_and_checked(tmp_path, base):
+    """One listing per run: planning takes validation's. A file that appears after validation, or a symlink to a
+    file outside the folder put there after it, is not read unchecked, and does not stop the run (planning used to
+    list again: the pattern, unsafe then, matched no file and planning failed on an empty list)."""
+    from tokenmill.stages.ingest import list_source_files
+
+    config = parse_config(base, tmp_path)
+    write_jsonl(tmp_path / "data" / "c.jsonl", [{"text": "late"}])
+    write_jsonl(tmp_path / "elsewhere" / "secret.jsonl", [{"text": "outside"}])
+    (tmp_path / "data" / "d.jsonl").symlink_to(tmp_path / "elsewhere" / "secret.jsonl")
+    assert [f.relpath for f in list_source_files(config)] == ["a.jsonl", "b.jsonl"]
+    assert expand_pattern(config, "data/*.jsonl") == []  # listed now, the pattern is unsafe: what planning got before

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Mapping, Optional, TypeVar
 
-from pydantic import BaseModel, Field, StrictInt, ValidationError, create_model, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, StrictInt, ValidationError, create_model, model_validator
 from pydantic_core import core_schema
 
 from tokenmill.errors import ConfigError
@@ -95,6 +95,8 @@ class RunConfig(StrictModel):
     """Execution-only options (workers, Ray address, retries)."""
     base_dir: str = Field(default=".", exclude=True)
     """Folder relative paths are resolved against (set by `load_config`, not in YAML)."""
+    _listed: tuple[str, dict[str, Any]] | None = PrivateAttr(default=None)
+    """(base_dir, each source pattern's matches) as `check_paths` listed them; see `validated_listing`."""
 
     @model_validator(mode="after")
     def _unique_sources(self) -> "RunConfig":
@@ -122,6 +124,16 @@ class RunConfig(StrictModel):
 
     def source(self, name: str) -> SourceConfig:
         return next(s for s in self.sources if s.name == name)
+
+    def validated_listing(self) -> dict[str, Any]:
+        """Each source pattern's matches as validation listed them (local files by real path; object URIs with
+        their size and mtime), so that a run reads exactly the files its validation checked and lists each pattern
+        once (on a store a request per thousand objects; a file that appeared after validation, a symlink out of
+        the folder say, is not read unchecked). Empty for a config that `check_paths` did not pass (one built in
+        code) or a copy moved to another folder: then each user lists anew."""
+        if self._listed is None or self._listed[0] != self.base_dir:
+            return {}
+        return self._listed[1]
 
 
 def format_validation_error(err: ValidationError) -> str:
@@ -234,9 +246,9 @@ def check_paths(config: RunConfig) -> None:
     file a stage's config names must be a file, and pass the stage's own check (`_stage_path_problems`).
     """
     problems = []
-    # Each pattern's matches, listed once for both the checks here and the overlaps (on a store, a request per
-    # thousand objects).
-    listed: dict[str, list[Path] | list[str]] = {}
+    # Each pattern's matches, listed once for the checks here, the overlaps and the run (`validated_listing`; on a
+    # store, a request per thousand objects).
+    listed: dict[str, Any] = {}
     for i, source in enumerate(config.sources):
         for j, pattern in enumerate(source.paths):
             key = f"sources[{i}].paths[{j}]"
@@ -271,6 +283,7 @@ def check_paths(config: RunConfig) -> None:
     problems += output_problems(config, listed)
     if problems:
         raise ConfigError(uris.display_uri("invalid config:\n" + "\n".join(problems)))
+    config._listed = (config.base_dir, listed)
 
 
 def _overlap_problems(config: RunConfig, listed: Mapping[str, Iterable[Path | str]]) -> list[str]:

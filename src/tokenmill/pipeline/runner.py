@@ -103,7 +103,8 @@ def run_pipeline(
     names = [s.name for s in stages]
     if only is not None and only not in names:
         raise ConfigError(f"--stage {only}: not a configured stage; configured: {', '.join(names)}")
-    problems = runfolder.output_problems(config)  # again: a config built in code skipped validation
+    # Again, for a config built in code (it skipped validation); a validated one's listing is reused.
+    problems = runfolder.output_problems(config, config.validated_listing() or None)
     if problems:
         raise runfolder.RunFolderError("invalid output:\n" + "\n".join(problems))
     fs, root = storage.filesystem_for(config.output_location)

@@ -69,12 +69,13 @@ def pattern_problems(config: Resolves, pattern: str) -> list[str]:
     return checked_matches(config, pattern)[0]
 
 
-def checked_matches(config: Resolves, pattern: str) -> tuple[list[str], list[Path] | list[str]]:
+def checked_matches(config: Resolves, pattern: str) -> tuple[list[str], list[Path] | dict[str, tuple[int, int]]]:
     """Why the pattern's files cannot be read safely (empty when they can) and, when they can, the files: one
-    listing for both, each local match's real path resolved once (validation once resolved it three times)."""
+    listing for both, each local match's real path resolved once (validation once resolved it three times). An
+    object-store pattern's objects come as `uris.list_objects` gives them: URI -> (size, mtime), sorted."""
     if uris.is_remote(pattern):
         try:
-            return [], uris.glob_remote(pattern)
+            return [], uris.list_objects(pattern)
         except (OSError, ValueError) as err:
             return [str(err)], []
     full = str(config.resolve(uris.local_part(pattern)))
@@ -107,7 +108,7 @@ def checked_matches(config: Resolves, pattern: str) -> tuple[list[str], list[Pat
 def expand_pattern(config: Resolves, pattern: str) -> list[Path] | list[str]:
     """The files a pattern matches, sorted: local ones by real path (`Path`), object URIs (`str`) for an object-store
     pattern; none when they cannot be read safely (`pattern_problems` says why)."""
-    return checked_matches(config, pattern)[1]
+    return list(checked_matches(config, pattern)[1])
 
 
 def matched_files(config: Resolves, source: SourceConfig,

@@ -76,14 +76,18 @@ def shard_name(task_key: str, part: int) -> str:
 
 def list_source_files(config) -> list[SourceFile]:
     """Every input file of every source, in config order then path order. An object (a URI) is listed by its URI,
-    its key below the source's root, and the size and mtime its store's listing gives (`uris.list_objects`)."""
+    its key below the source's root, and the size and mtime its store's listing gives (`uris.list_objects`).
+
+    The files are those validation listed and checked (`RunConfig.validated_listing`): each pattern is listed once
+    per run; a config that validation did not pass is listed here."""
+    validated = config.validated_listing() if hasattr(config, "validated_listing") else {}
     out = []
     for source in config.sources:
         # One listing of each object-store pattern gives both its objects and their sizes and times (a request per
         # thousand objects, no HEAD per object).
-        listed = {p: uris.list_objects(p) for p in source.paths if uris.is_remote(p)}
+        listed = {p: validated[p] if p in validated else uris.list_objects(p) for p in source.paths if uris.is_remote(p)}
         stamps = {uri: stamp for objects in listed.values() for uri, stamp in objects.items()}
-        root, files = source_files(config, source, listed)
+        root, files = source_files(config, source, {**validated, **listed})
         for f in files:
             if isinstance(f, str):  # an object in a store
                 if not isinstance(root, str):
