@@ -22,7 +22,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tokenmill.digest import file_sha256
 from tokenmill.errors import ConfigError, TokenmillError
@@ -109,6 +109,19 @@ def load_model(path: str | Path, sha256: str | None = None, *, hashed: bool = Fa
     log.debug("fastText model %s: %d labels, dim %d, %s%s, %d bytes, checked", path, len(labels), info.dim,
               info.loss, ", quantized" if info.quantized else "", info.bytes)
     return model
+
+
+def line_predictor(model: Any) -> Callable[[str, int, float, str], list[tuple[float, str]]]:
+    """The C++ `predict` of a model `load_model` returned: what `model.predict(line, k, threshold)` calls for one
+    line, `(line + "\\n", k, threshold, "strict")` giving `[(probability, label), ...]`, best first, without the
+    Python wrapper's per-call work (its newline check, `zip`, a numpy array): for a caller that makes one call per
+    document and has removed every newline itself (language ID). A text with a lone surrogate raises TypeError, as
+    through the wrapper. FastTextUnavailable when the model is not fasttext-numpy2's (no such call)."""
+    predict = getattr(getattr(model, "f", None), "predict", None)
+    if not callable(predict):
+        raise FastTextUnavailable(f"the fastText model object {type(model).__name__} has no C++ `predict` behind "
+                                  f"`.f`: not the {BINDING} binding. Repair it with: {REPAIR}")
+    return predict
 
 
 def check_file(path: str, sha256: str | None = None, *, hashed: bool = False) -> ModelFile:

@@ -77,6 +77,7 @@ __all__ = [
     "apply_policy",
     "content_kind",
     "is_markup",
+    "may_leak",
     "repair_escapes",
     "scan_escapes",
 ]
@@ -398,6 +399,12 @@ def _mask(text: str, pattern: re.Pattern[str]) -> tuple[str, int]:
         return " " * (m.end() - m.start())
 
     return pattern.sub(blank, text), n
+
+
+def may_leak(text: str) -> bool:
+    """False when ``scan_escapes`` finds nothing in ``text``: it holds no backslash, ``&`` or ``%`` (most prose), so
+    ``apply_policy`` keeps it as it is with a score of 0 and no counts, whatever the policy."""
+    return "\\" in text or "&" in text or "%" in text
 
 
 def scan_escapes(text: str) -> EscapeScan:

@@ -155,20 +155,21 @@ def canonical_language(value: str) -> str:
                      f"to accept every language")
 
 
-def _predict(model, text: str, chars: int) -> tuple[str, float]:
+def _predict(predict, text: str, chars: int) -> tuple[str, float]:
     """The model's best language for the first `chars` characters of `text` and its probability (`und`, 0.0 for a
-    text with nothing to identify)."""
+    text with nothing to identify). `predict` is the binding's C++ call (`binding.line_predictor`): the line it
+    gets is the one `model.predict(line, k=1)` passes it."""
     line = text[:chars].replace("\n", " ")
     if not line or line.isspace():
         return UNDETERMINED, 0.0
     try:
-        labels, probs = model.predict(line, k=1)
+        found = predict(line + "\n", 1, 0.0, "strict")
     except TypeError:  # a lone surrogate cannot cross into C++
-        labels, probs = model.predict(line.encode("utf-8", "replace").decode("utf-8"), k=1)
-    if not labels:
+        found = predict(line.encode("utf-8", "replace").decode("utf-8") + "\n", 1, 0.0, "strict")
+    if not found:
         return UNDETERMINED, 0.0
-    label = labels[0]
-    return label[len(_LABEL):] if label.startswith(_LABEL) else label, min(float(probs[0]), 1.0)  # softmax overshoot
+    probability, label = found[0]
+    return label.removeprefix(_LABEL), min(probability, 1.0)  # softmax overshoot
 
 
 def identify(texts: Sequence[str], quick_chars: int | None = None,
@@ -179,7 +180,7 @@ def identify(texts: Sequence[str], quick_chars: int | None = None,
     their score reaches `quick_min_score` (see `LangidConfig.quick_chars`). One `predict` call per text, each on
     its own prefix (docs/clean.md measures the cost: fastText's own time, not the calls).
     """
-    model = load_model()
+    model = binding.line_predictor(load_model())
     langs: list[str] = []
     scores = np.zeros(len(texts), dtype=np.float32)
     for i, text in enumerate(texts):
@@ -194,6 +195,7 @@ def identify(texts: Sequence[str], quick_chars: int | None = None,
     return langs, scores
 
 
+@lru_cache(maxsize=4096)
 def _base(code: str) -> str:
     return code.replace("_", "-").split("-")[0].lower()
 

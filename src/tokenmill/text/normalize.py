@@ -13,14 +13,16 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Literal, Sequence
 
 import ftfy
+import numpy as np
 
 from tokenmill.config_base import StrictModel
 from tokenmill.text.code_blocks import code_block_lines
 from tokenmill.text.escapes import content_kind
 from tokenmill.text.mojibake import may_be_mojibake
+from tokenmill.text.re2_batch import may_match
 
 FTFY_CONFIG = ftfy.TextFixerConfig(
     unescape_html=False,
@@ -124,6 +126,16 @@ _PROSE_ONLY = re.compile("[" + "".join(f"\\u{c:04x}" for c in sorted(_CHARACTER_
 # they are all `_TABLE_CHARACTER` and `_PROSE_ONLY` can match, and `bytes.translate` finds them about six times as
 # fast as either regex's search.
 _ASCII_TABLE = bytes(c for c in sorted(_CHARACTER_TABLE) if c < 0x80)
+# What the whitespace step acts on or weighs inside a text, for one RE2 pass over a batch (`normalize_documents`): a
+# character of the table, a line break but `\n`, a tab, a form feed, two spaces, a space ending a line, four line
+# breaks in a row, an indented first line. In a text with none of them, `_whitespace` asks no code judgement, keeps
+# no layout and changes nothing but the blanks at its ends (`_has_layout`, `_prose_only`, `_prose`'s tests and the
+# blank-line run are all False; the trailing-space regex can only take a space ending the text, which the strip
+# takes too): its result is `text.strip(" \t\n")`, as tests/text/test_normalize_speed.py checks against the
+# whitespace step on every code point and on real text.
+_WHITESPACE_WORK_CHARS = sorted({*_CHARACTER_TABLE, ord("\r"), 0x85, 0x2028, ord("\t"), ord("\f")})
+_WHITESPACE_WORK_RE2 = ("[" + "".join(f"\\x{{{c:x}}}" for c in _WHITESPACE_WORK_CHARS) + "]"
+                        + r"|  | \n|\n\n\n\n|\A\n*[ \t]")
 _FULLWIDTH = {c: c - 0xFEE0 for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]}
 _FULLWIDTH_CHAR = re.compile("[" + "".join(f"\\u{c:04x}" for c in _FULLWIDTH) + "]")
 # Most prose has none of what these regexes look for, and a substring test (`in`) answers that many times faster
@@ -303,9 +315,29 @@ class Normalized:
         return [*self.changed, *([self.layout] if self.layout else []), *self.kept]
 
 
-def normalize_document(text: str, config: NormalizeConfig) -> Normalized:
+def normalize_documents(texts: Sequence[str], config: NormalizeConfig) -> list[Normalized | None]:
+    """`normalize_document` of each text, None where that changes and counts nothing. The whitespace step's work
+    inside a text (`_WHITESPACE_WORK_RE2`) is looked for in one RE2 pass over the batch: a text without any is only
+    stripped of the blanks at its ends, and an ASCII one has nothing else to do (ftfy finds no mojibake in ASCII,
+    which is NFC and holds no full-width character)."""
+    busy = may_match(texts, _WHITESPACE_WORK_RE2) if config.whitespace else np.zeros(len(texts), dtype=bool)
+    out: list[Normalized | None] = []
+    for text, work in zip(texts, busy.tolist()):
+        if work:
+            out.append(normalize_document(text, config))
+        elif text.isascii() and (not config.whitespace or len(text.strip(" \t\n")) == len(text)):
+            out.append(None)
+        else:
+            done = normalize_document(text, config, plain=True)
+            out.append(done if done.counted() else None)
+    return out
+
+
+def normalize_document(text: str, config: NormalizeConfig, *, plain: bool = False) -> Normalized:
     """The steps in order (ftfy, NFC, whitespace, full-width); a document judged code as a whole (`judge_code`,
-    asked once, and only where a step would change the text) goes through the whitespace step alone."""
+    asked once, and only where a step would change the text) goes through the whitespace step alone. `plain`: the
+    whitespace step has no work inside `text` (`normalize_documents`' scan), so while no step before it changed the
+    text, that step is `text.strip(" \t\n")`."""
     done = Normalized(text)
     judged: list[bool] = []
 
@@ -329,7 +361,9 @@ def normalize_document(text: str, config: NormalizeConfig) -> Normalized:
         step("ftfy", ftfy.fix_text(done.text, FTFY_CONFIG))
     if config.nfc and not unicodedata.is_normalized("NFC", done.text):
         step("nfc", unicodedata.normalize("NFC", done.text))
-    if config.whitespace:
+    if config.whitespace and plain and not done.changed:
+        step("whitespace", done.text.strip(" \t\n"))
+    elif config.whitespace:
         fixed, kept = _whitespace(done.text, config.code, is_code)
         step("whitespace", fixed)
         if kept is not None:

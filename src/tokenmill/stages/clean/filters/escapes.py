@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from tokenmill.documents import NO_SUBSET, canonical_json
 from tokenmill.stages.clean.filter import Batch, Case, Filter, Setting
-from tokenmill.text.escapes import ESCAPE_DROP_REASONS, EscapeOutcome, EscapePolicy, EscapeScan, apply_policy
+from tokenmill.text.escapes import (ESCAPE_DROP_REASONS, EscapeOutcome, EscapePolicy, EscapeScan, apply_policy,
+                                    may_leak)
 
 WORST_EXAMPLES = 20
 """Leaking documents named in the manifest's leak report, worst first."""
@@ -54,6 +55,9 @@ class EscapeFilter(Filter):
     def process(self, batch: Batch, rows: list[int], settings: EscapePolicy) -> list[str | None]:
         reasons = []
         for i in rows:
+            if not may_leak(batch.texts[i]):  # kept as it is, with `start`'s score 0 and "{}"
+                reasons.append(None)
+                continue
             outcome = apply_policy(batch.texts[i], settings)
             scan = outcome.scan
             batch.columns["escape_score"][i] = scan.score

@@ -29,10 +29,11 @@ class LangidFilter(Filter):
     def process(self, batch: Batch, rows: list[int], settings: LangidConfig) -> list[str | None]:
         found, scores = identify([batch.texts[i] for i in rows], settings.quick_chars, settings.quick_min_score)
         reasons = []
-        for i, lang, score in zip(rows, found, scores):
+        batch.lang_scores[rows] = scores
+        for i, lang, score in zip(rows, found, scores.tolist()):
             expected = batch.langs[i]
-            batch.langs[i], batch.lang_scores[i] = lang, score
-            reasons.append("wrong_language" if mismatch(expected, lang, float(score), settings) else None)
+            batch.langs[i] = lang
+            reasons.append("wrong_language" if mismatch(expected, lang, score, settings) else None)
         languages = batch.stats.section("languages")
         for (source, lang), n in Counter((batch.sources[i], batch.langs[i]) for i in rows).items():
             per = languages.setdefault(source, {})

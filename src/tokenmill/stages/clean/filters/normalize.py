@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from tokenmill.stages.clean.filter import Batch, Filter, Setting
-from tokenmill.text.normalize import NormalizeConfig, normalize_document
+from tokenmill.text.normalize import NormalizeConfig, normalize_documents
 
 
 class NormalizeFilter(Filter):
@@ -23,8 +23,11 @@ class NormalizeFilter(Filter):
     sections = {"normalize": {}}
 
     def process(self, batch: Batch, rows: list[int], settings: NormalizeConfig) -> None:
-        for i in rows:
-            done = normalize_document(batch.texts[i], settings)
+        if rows:
+            batch.stats.section("normalize")
+        for i, done in zip(rows, normalize_documents([batch.texts[i] for i in rows], settings)):
+            if done is None:  # nothing changed, nothing to count
+                continue
             batch.texts[i] = done.text
             batch.steps[i] += done.changed
             batch.stats.count("normalize", done.counted())

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+import numpy as np
+
 from tokenmill.stages.clean.filter import Batch, Filter, Setting
-from tokenmill.text.pii import PiiConfig, phone_candidates, replace_pii
+from tokenmill.text.pii import PiiConfig, pii_candidates, replace_pii
 
 
 class PiiFilter(Filter):
@@ -20,9 +22,10 @@ class PiiFilter(Filter):
     sections = {"pii": {}}
 
     def process(self, batch: Batch, rows: list[int], settings: PiiConfig) -> None:
-        maybe = phone_candidates([batch.texts[i] for i in rows]) if settings.phone else None
-        for k, i in enumerate(rows):
-            batch.texts[i], found = replace_pii(batch.texts[i], settings, True if maybe is None else bool(maybe[k]))
+        candidates, maybe_phone = pii_candidates([batch.texts[i] for i in rows], settings)
+        for k in np.flatnonzero(candidates).tolist():  # the others hold nothing to replace
+            i = rows[k]
+            batch.texts[i], found = replace_pii(batch.texts[i], settings, bool(maybe_phone[k]))
             if found:
                 batch.steps[i].append("pii:" + "+".join(sorted(found)))
                 batch.stats.add("pii", found)
