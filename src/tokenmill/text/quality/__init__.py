@@ -23,7 +23,8 @@ Documents whose language (`langs`) is in `CJKQualityConfig.languages` (Chinese, 
 rules instead: a Chinese article has almost no spaces, so Gopher's word counts would drop every one.
 
 One module per idea: `words` (the tokenizer), `config` (the rule families' settings), `ngrams` (the n-gram
-engine), `measures` (the score columns), `rules` (thresholds and reasons), `reference` (datatrove's own filters).
+engine), `measures` (the score columns), `lines` (the line measures of a whole chunk, by Arrow), `rules` (thresholds
+and reasons), `reference` (datatrove's own filters).
 """
 
 from tokenmill.text.quality.config import (

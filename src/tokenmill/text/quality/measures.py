@@ -22,6 +22,7 @@ from tokenmill.text.quality.config import (
     GopherQualityConfig,
     QualityConfig,
 )
+from tokenmill.text.quality.lines import ChunkLines, c4_lines, c4_simple, line_marks
 from tokenmill.text.quality.ngrams import Units, char_units, ngram_repetition, token_hashes
 from tokenmill.text.quality.vocab import ALPHA, WORD, Vocabulary, text_units
 from tokenmill.text.quality.words import count_line_sentences
@@ -69,7 +70,8 @@ _vocabulary = Vocabulary()
 
 def _line_marks(lines: list[str], text: str) -> tuple[float, float]:
     """Share of lines starting with a bullet, and ending with an ellipsis (datatrove's Gopher quality); `lines` are
-    `text`'s, so a mark missing from the text is on none of them."""
+    `text`'s, so a mark missing from the text is on none of them. The per-document form of `lines.line_marks`, for a
+    chunk Arrow refuses (a lone surrogate) and the CJK documents."""
     if not lines:
         return _NAN, _NAN
     bullets = sum(1 for s in lines if s.lstrip().startswith(_BULLETS)) if any(map(text.__contains__, _BULLETS)) else 0
@@ -144,7 +146,8 @@ def _gopher_word_scores(
 
 
 def _c4_scores(text: str, lines: list[str], cfg: C4Config) -> tuple[float, ...]:
-    """One pass over the lines, as datatrove's `C4QualityFilter.filter`, without its early exits."""
+    """One pass over the lines, as datatrove's `C4QualityFilter.filter`, without its early exits: the per-document
+    form, for the documents (citation marks, NUL) and chunks (a lone surrogate) `lines.c4_lines` leaves to it."""
     if not text:
         return 0.0, 0.0, 0.0, _NAN
     cited = cfg.remove_citations and "[" in text
@@ -241,26 +244,38 @@ def _put_ngrams(cols: dict[str, np.ndarray], rows: np.ndarray, ngrams: dict[int,
         cols[f"rep_{'top' if k in TOP_N_GRAM_SIZES else 'dup'}_{k}_gram_char_frac"][rows] = v
 
 
+def _lengths(texts: list[str]) -> np.ndarray:
+    return np.fromiter(map(len, texts), dtype=np.float64, count=len(texts))
+
+
 def _measure_words(cols: dict[str, np.ndarray], texts: list[str], rows: np.ndarray, config: QualityConfig) -> None:
     gq, gr, c4 = config.gopher_quality, config.gopher_repetition, config.c4
     if gq or gr:
         units, ids = text_units(texts, _vocabulary)
-        text_len = np.fromiter(map(len, texts), dtype=np.float64, count=len(texts))
+        text_len = _lengths(texts)
     if gq:
         for name, values in _gopher_word_scores(units, ids, _vocabulary, texts, gq).items():
             cols[name][rows] = values
     if gr:
         _put_ngrams(cols, rows, ngram_repetition(units, text_len, [k for k, _ in gr.top_n_grams],
                                                   [k for k, _ in gr.dup_n_grams], separator=1))
-    for i, text in zip(rows.tolist(), texts):
-        lines = text.splitlines() if (gq or c4) else []
-        if gq:
-            cols["gopher_bullet_line_ratio"][i], cols["gopher_ellipsis_line_ratio"][i] = _line_marks(lines, text)
+    all_lines = [text.splitlines() for text in texts] if (gq or c4) else []
+    chunk = ChunkLines.of(all_lines) if all_lines else None  # None: Arrow refused a text, every line in Python
+    if gq and chunk is not None:
+        cols["gopher_bullet_line_ratio"][rows], cols["gopher_ellipsis_line_ratio"][rows] = line_marks(chunk)
+    by_arrow: dict[int, tuple] = {}
+    if c4 and chunk is not None:
+        by_arrow = c4_lines(chunk, texts, c4_simple(texts, c4), text_len if (gq or gr) else _lengths(texts), c4)
+    for j, (i, text) in enumerate(zip(rows.tolist(), texts)):
+        if gq and chunk is None:
+            cols["gopher_bullet_line_ratio"][i], cols["gopher_ellipsis_line_ratio"][i] = _line_marks(all_lines[j],
+                                                                                                     text)
         if gr:
             for name, v in zip(REPETITION_COLUMNS[:4], _line_repetition(text)):
                 cols[name][i] = v
         if c4:
-            for name, v in zip(C4_COLUMNS, _c4_scores(text, lines, c4)):
+            scores = by_arrow.get(j)
+            for name, v in zip(C4_COLUMNS, _c4_scores(text, all_lines[j], c4) if scores is None else scores):
                 cols[name][i] = v
 
 

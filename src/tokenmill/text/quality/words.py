@@ -44,7 +44,9 @@ TOKEN_RE = re.compile(
 
 _TERMINAL = "".join(re.escape(c) for c in sorted(TERMINAL_PUNCTUATION))
 _TERMINAL_BMP = "".join(re.escape(c) for c in sorted(TERMINAL_PUNCTUATION) if ord(c) < 0x10000)
-_ABBREVIATIONS = (r"\b[A-Z]", r"\bMr", r"\bMrs", r"\bMs", r"\bDr", r"\bSt", r"\bvs", r"\be\.g", r"\bi\.e", r"\betc")
+_ABBREVIATIONS = (r"\b[A-Z]", r"\b(?:Mr|Ms|Dr|St|vs)", r"\b(?:Mrs|e\.g|i\.e|etc)")
+"""An initial and the abbreviations grouped by width: one "not after" lookbehind per width (an alternation of equal
+widths), the same boundaries as one per abbreviation, about 10% faster."""
 SENTENCE_END_RE = re.compile(
     # The first terminal character is consumed by a cheap class (BMP characters compile to a lookup table; any
     # astral character passes, and a lookbehind confirms it): with a lookahead there instead, or the whole set, `re`
