@@ -80,7 +80,7 @@ def list_source_files(config) -> list[SourceFile]:
 
     The files are those validation listed and checked (`RunConfig.validated_listing`): each pattern is listed once
     per run; a config that validation did not pass is listed here."""
-    validated = config.validated_listing() if hasattr(config, "validated_listing") else {}
+    validated = config.validated_listing()
     out = []
     for source in config.sources:
         # One listing of each object-store pattern gives both its objects and their sizes and times (a request per
