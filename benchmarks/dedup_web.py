@@ -4,7 +4,7 @@ the driver and of every Ray worker process, clusters found against planted, reca
 unrelated documents with their true Jaccard, the candidate counts and their caps, and dedup's phase files against
 its input.
 
-    python benchmarks/dedup_web.py [--gb 10] [--dir bench] [--workers 2] [--partitions 64]
+    python benchmarks/dedup_web.py [--gb 10] [--dir bench] [--workers 2] [--partitions auto]
 
 The corpus (generated once per size and seed, then reused): documents of 100-249 random words over a 5,000-word
 vocabulary (about 1 KB). Cluster sizes are 1 + Zipf(2.0), redrawn above 10,000, until 30% of the documents are in
@@ -251,9 +251,9 @@ def main() -> int:
     parser.add_argument("--gb", type=float, default=10.0, help="text to generate, GB (about 830,000 documents each)")
     parser.add_argument("--dir", default="bench")
     parser.add_argument("--workers", type=int, default=2)
-    # 64 at 10 GB: each verify task holds the shingles of its pairs' documents (at 3 GB, 32 partitions reached
-    # 1.1 GB a task).
-    parser.add_argument("--partitions", type=int, default=64)
+    # auto (the stage's default) sizes them from the input: 128 at 10 GB, 64 at 5 GB (each verify task holds the
+    # shingles of its pairs' documents; at 10 GB, 64 partitions took one to 1,373 MB alone).
+    parser.add_argument("--partitions", type=lambda v: v if v == "auto" else int(v), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -309,7 +309,8 @@ def main() -> int:
     planted, found = quality["planted"], quality["found"]
     result = {
         "benchmark": "dedup_web", "gb": args.gb, "docs": n_docs, "text_bytes": text_bytes, "workers": args.workers,
-        "cpus": os.cpu_count(), "partitions": args.partitions, "threshold": dedup.threshold,
+        "cpus": os.cpu_count(), "partitions": args.partitions,
+        "partitions_used": manifests["dedup"]["content"]["report"]["partitions"], "threshold": dedup.threshold,
         "generate_seconds": generate_seconds, "setup_seconds": round(setup_seconds, 1),
         "wall_seconds_total": round(wall, 1),
         "stage_seconds": {s: m["run_info"]["seconds"] for s, m in manifests.items()},

@@ -262,3 +262,29 @@ def test_rows_read_back_are_the_rows_a_whole_read_gives(tmp_path):
     split = [(i, d.tolist(), r.tolist()) for i, d, r in rows_by_shard(docs)]
     assert split == [(0, doc_ref(0, np.array([7])).tolist(), [7]), (2, doc_ref(2, np.array([1, 5])).tolist(), [1, 5])]
     assert rows_by_shard(np.zeros(0, np.uint64)) == []
+
+
+@pytest.mark.long  # two dedup runs: about 10 s on 2 loaded cores
+def test_auto_partitions_are_sized_from_the_input_and_remove_the_same_documents(ray_cluster, corpus, tmp_path,
+                                                                                 monkeypatch):
+    from tokenmill.dedup import sizing
+
+    config, _ = corpus
+    run_into(config, tmp_path / "four")
+    auto = config.parent / "auto-partitions.yaml"  # beside the corpus: its source patterns are relative
+    settings = yaml.safe_load(config.read_text())
+    settings["stages"]["dedup"] = {}  # partitions: auto, the default
+    auto.write_text(yaml.safe_dump(settings))
+    # One document a partition: 83 input documents take 16 doubled three times (the count is fixed on the driver).
+    monkeypatch.setattr(sizing, "DOCS_PER_PARTITION", 1)
+    run_into(auto, tmp_path / "auto")
+    reports = {name: json.loads((tmp_path / name / "dedup" / "manifest.json").read_text())["content"]["report"]
+               for name in ("four", "auto")}
+    assert reports["four"]["partitions"] == 4 and reports["auto"]["partitions"] == 128
+    assert "128 band-key partitions (sized from 83 documents" in " ".join(reports["auto"]["summary"])
+    assert len(list((tmp_path / "auto" / "dedup" / "index").glob("p*.parquet"))) == 128
+    assert dropped(tmp_path / "auto") == dropped(tmp_path / "four") == {"w0": "exact_duplicate",
+                                                                         "w1": "near_duplicate"}
+    assert ((tmp_path / "auto" / "dedup" / "clusters.parquet").read_bytes()
+            == (tmp_path / "four" / "dedup" / "clusters.parquet").read_bytes())
+    assert reports["auto"]["clusters"] == reports["four"]["clusters"]

@@ -164,6 +164,17 @@ def test_an_index_file_without_its_commit_record_is_refused(case):
     _refused(config, "index/p0000.parquet", "no committed dedup index")
 
 
+def test_index_records_that_skip_a_partition_are_refused(case):
+    # The partition count of an earlier run made with `partitions: auto` is read from its committed index files:
+    # a record set naming p0001 but not p0000 is not a count, whatever the files on disk.
+    run, config = case
+    for record_file in (run / "dedup" / "_work" / "commits" / "index").glob("*.json"):
+        record = json.loads(record_file.read_text())
+        record["files"] = [f for f in record["files"] if f["path"] != "index/p0000.parquet"]
+        record_file.write_text(json.dumps(record))
+    _refused(config, "index/p0001.parquet", "not one per partition of its 2")
+
+
 def test_an_index_naming_a_shard_the_manifest_does_not_list_is_refused(case):
     run, config = case
     rel = "index/p0000.parquet"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
@@ -28,8 +28,11 @@ class DedupConfig(StageConfig):
     """Shingle size in characters for Chinese, Japanese and Thai (by the `lang` column)."""
     minhash_seed: int = 1
     """Seed of the MinHash permutations: the same text always gets the same signature."""
-    partitions: int = Field(default=16, ge=1, le=4096)
-    """Band-key partitions: one bucket task and one verify task each; more partitions, less memory per task."""
+    partitions: Union[Literal["auto"], Annotated[int, Field(ge=1, le=4096)]] = "auto"
+    """Band-key partitions: one bucket task and one verify task each; more partitions, less memory per task. `auto`
+    (the default): 16, doubled until a partition holds at most 65,536 input documents and 128 MiB of text
+    (`tokenmill.dedup.sizing`), so that a task's memory stays the same as the corpus grows; the count used is in
+    the report (`partitions`)."""
     max_pairs_per_bucket: int = Field(default=10_000, ge=1)
     """A bucket with at most this many pairs has every pair verified; a larger one goes to leader clustering
     (each document compared with cluster leaders, and with members of clusters it may belong to; exact by the

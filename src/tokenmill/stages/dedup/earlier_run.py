@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from tokenmill.dedup.incremental import (INDEX_META, SCHEME, EarlierRun, IncrementalError, index_file,
+from tokenmill.dedup.incremental import (INDEX_DIR, INDEX_META, SCHEME, EarlierRun, IncrementalError, index_file,
                                          setting_differences, settings_of)
 from tokenmill.errors import TokenmillError
 from tokenmill.pipeline import runfolder, storage
@@ -68,7 +68,6 @@ def open_run(label: str, location: str, settings: Mapping[str, Any], *, filesyst
     if content_hash(identity) != key.get("config_hash"):
         raise IncrementalError(f"{where}: its dedup manifest's config is not the one its key record was made from "
                                f"(the manifest was edited after the stage finished); rerun that run")
-    partitions = int((identity.get("config") or {}).get("partitions") or 0)
     if check_files:
         damaged = damaged_files(fs, stage_dir, key)
         if damaged:
@@ -76,6 +75,7 @@ def open_run(label: str, location: str, settings: Mapping[str, Any], *, filesyst
                                    f"rerun that run to restore them")
     shards = _listed_shards(fs, stage_dir, content, key, where)
     committed = _committed_index(fs, stage_dir, key)
+    partitions = _index_partitions(committed, (identity.get("config") or {}).get("partitions"), where)
     meta = {}
     for p in range(partitions):
         path = storage.join(stage_dir, index_file(p))
@@ -114,6 +114,22 @@ def _listed_shards(fs, stage_dir: str, content: Mapping[str, Any], key: Mapping[
                                f"(the manifest was edited after the stage finished, or records were lost); rerun "
                                f"that run")
     return shards
+
+
+def _index_partitions(committed: Mapping[str, int], setting: Any, where: str) -> int:
+    """The earlier run's partition count: its committed index files, which must be exactly `index/p0000` to
+    `index/p{P-1}` (with `partitions: auto` the count was sized from that run's input; only its committed records
+    say what it was), and P the config's count where it names one."""
+    found = sorted(path for path in committed if path.startswith(INDEX_DIR + "/"))
+    count = len(found)
+    if not count:
+        raise IncrementalError(f"{where}: it has no committed dedup index ({index_file(0)}; made by tokenmill "
+                               f"before incremental dedup, or lost): rerun it with this version")
+    if found != [index_file(p) for p in range(count)] or (isinstance(setting, int) and setting != count):
+        raise IncrementalError(f"{where}: its committed dedup index files ({', '.join(found[:3])}"
+                               f"{', ...' if count > 3 else ''}; {count} of them) are not one per partition"
+                               f"{f' of its {setting}' if isinstance(setting, int) else ''}: rerun that run")
+    return count
 
 
 def _committed_index(fs, stage_dir: str, key: Mapping[str, Any]) -> dict[str, int]:

@@ -27,6 +27,7 @@ from tokenmill.dedup.incremental import (EarlierRun, IncrementalError, compatibl
                                          cap_per_doc, settings_of)
 from tokenmill.stages.dedup.band_files import shard_names, read_partition
 from tokenmill.stages.dedup.earlier_run import open_run
+from tokenmill.stages.dedup.partition_count import partition_count
 from tokenmill.dedup.lsh import choose_bands
 from tokenmill.dedup.refs import route, rows_by_shard
 from tokenmill.dedup.shingles import shingle_hashes_many
@@ -135,13 +136,13 @@ class EarlierPairs(Phase):
 
     def plan(self, stage, ctx: PlanContext) -> list[Task]:
         names = shard_names(ctx)  # the signatures tasks, whose band files it reads
-        return [Task(key=f"p{p:04d}", params={"part": p, "names": names}) for p in range(stage.config.partitions)]
+        return [Task(key=f"p{p:04d}", params={"part": p, "names": names}) for p in range(partition_count(ctx))]
 
     def reduce(self, stage, results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return {"earlier_candidate_pairs": sum(int(r["pairs"]) for r in results.values())}
 
     def run(self, stage, task: Task, ctx: TaskContext) -> Any:
-        part, partitions = int(task.params["part"]), stage.config.partitions
+        part, partitions = int(task.params["part"]), partition_count(ctx)
         own = read_partition(ctx, int(task.key[1:]), task.params["names"], PAIR_COLUMNS)  # the key is p####
         found = []
         for r, run in enumerate(_runs(ctx)):
@@ -230,7 +231,7 @@ class EarlierVerify(Phase):
         # name most row groups of the base, so every task more decompresses the base's text once more (0.5 s of CPU
         # per 400 MB). Measured at 400 MB: 4 tasks of 1M rows (300 MB each) or 2 of 1.5M (440 MB) cost the same.
         parts = parts_for(ctx.shared["earlier_pairs"]["earlier_candidate_pairs"], EARLIER_PAIRS_PER_TASK,
-                          stage.config.partitions)
+                          partition_count(ctx))
         return [Task(key=f"p{p:04d}", params={"part": p, "parts": parts,
                                               "paths": [s["path"] for s in ctx.input_shards]})
                 for p in range(parts)]
@@ -390,7 +391,7 @@ class Index(Phase):
 
     def plan(self, stage, ctx: PlanContext) -> list[Task]:
         names = shard_names(ctx)
-        partitions = stage.config.partitions
+        partitions = partition_count(ctx)
         return [Task(key=f"p{first:04d}-p{min(first + INDEX_PARTS_PER_TASK, partitions) - 1:04d}",
                      params={"parts": list(range(first, min(first + INDEX_PARTS_PER_TASK, partitions))),
                              "names": names})

@@ -49,6 +49,7 @@ from tokenmill.documents import NO_DICTIONARY, ZSTD_LEVEL, parquet_bytes, read_r
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
 from tokenmill.stages.dedup.band_files import shard_names, band_bytes, band_path, read_partition
+from tokenmill.stages.dedup.partition_count import PartitionCount, partition_count
 from tokenmill.stages.dedup.config import DedupConfig
 from tokenmill.stages.dedup.incremental import (EARLIER_REASONS, Against, EarlierPairs, EarlierVerify, Index,
                                                 against_identity, against_problems, earlier_removed)
@@ -103,7 +104,7 @@ class Signatures(Phase):
         ctx.write(f"_work/docs/{task.key}.parquet", parquet_bytes(pa.table({
             "length": pc.utf8_length(table.column("text")).cast(pa.int64()),
         })))
-        ctx.write(band_path(task.key), band_bytes(band_tables(keys, docs, hashes, stage.bands, cfg.partitions)))
+        ctx.write(band_path(task.key), band_bytes(band_tables(keys, docs, hashes, stage.bands, partition_count(ctx))))
         return {"docs": len(texts)}
 
 
@@ -122,7 +123,7 @@ class Buckets(Phase):
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         names = shard_names(ctx)  # the signatures tasks, whose band files it reads
-        return [Task(key=f"p{p:04d}", params={"names": names}) for p in range(stage.config.partitions)]
+        return [Task(key=f"p{p:04d}", params={"names": names}) for p in range(partition_count(ctx))]
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return _sum_counts(results)
@@ -131,7 +132,7 @@ class Buckets(Phase):
         rows = read_partition(ctx, int(task.key[1:]), task.params["names"])  # the key is p####
         if stage.config.against and rows is not None:  # documents an earlier run's removed are not this run's
             rows = rows.filter(pa.array(~np.isin(rows.column("doc").to_numpy(), earlier_removed(ctx))))
-        found = bucket_pairs(rows, stage.config.max_pairs_per_bucket, stage.config.partitions)
+        found = bucket_pairs(rows, stage.config.max_pairs_per_bucket, partition_count(ctx))
         # One file per task, a row group per verify task (not a file per pair of tasks: P^2 files, each a commit
         # and, on an object store, a PUT).
         dest = np.repeat(np.arange(len(found.pairs)), [t.num_rows for t in found.pairs])
@@ -150,7 +151,7 @@ class Groups(Phase):
         return [Task(key="all")]
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        partitions = stage.config.partitions
+        partitions = partition_count(ctx)
         buckets, docs = [np.zeros(0, np.uint64)], [np.zeros(0, np.uint64)]
         for p in range(partitions):
             over = pq.read_table(storage.join(ctx.stage_dir, f"_work/over_cap/p{p:04d}.parquet"), filesystem=ctx.fs)
@@ -178,7 +179,7 @@ class Verify(Phase):
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         return [Task(key=f"p{p:04d}", params={"paths": [s["path"] for s in ctx.input_shards]})
-                for p in range(stage.config.partitions)]
+                for p in range(partition_count(ctx))]
 
     @staticmethod
     def _read_back(stage: "DedupStage", ctx: TaskContext, paths: list[str], needed: np.ndarray
@@ -203,7 +204,7 @@ class Verify(Phase):
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         cfg: DedupConfig = stage.config
-        a, b, exact = _routed_pairs(ctx, int(task.key[1:]), cfg.partitions)  # the key is p####
+        a, b, exact = _routed_pairs(ctx, int(task.key[1:]), partition_count(ctx))  # the key is p####
         over = pq.read_table(storage.join(ctx.stage_dir, f"_work/groups/{task.key}.parquet"), filesystem=ctx.fs)
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
         over_bucket, over_doc = over.column("bucket").to_numpy(), over.column("doc").to_numpy()
@@ -239,7 +240,7 @@ class Verify(Phase):
             "b": pa.array(np.r_[b[exact], near_edges[:, 1]], pa.uint64()),
             "jaccard": pa.array(np.r_[np.ones(int(exact.sum())), near_sims], pa.float64()),
             "exact": pa.array(np.r_[np.ones(int(exact.sum()), bool), np.zeros(len(near_edges), bool)]),
-        }), owner(first, cfg.partitions)))
+        }), owner(first, partition_count(ctx))))
         return counts
 
 
@@ -298,7 +299,7 @@ class Components(Phase):
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         before = ctx.shared.get(self.name)
         if before is None:
-            r, parts, came_from = 0, stage.config.partitions, None
+            r, parts, came_from = 0, partition_count(ctx), None
         else:
             r, came_from = before["round"] + 1, before["parts"]
             parts = parts_for(before["rows"], ROWS_PER_TASK, came_from)
@@ -360,7 +361,7 @@ class ByComponent(Phase):
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         last = ctx.shared["components"]
-        parts = parts_for(last["edges"], EDGES_PER_BATCH, stage.config.partitions)
+        parts = parts_for(last["edges"], EDGES_PER_BATCH, partition_count(ctx))
         return [Task(key=f"p{t:04d}", params={"part": t, "parts": parts, "round": last["round"],
                                                "label_parts": last["parts"]}) for t in range(parts)]
 
@@ -599,7 +600,7 @@ class DedupStage(Stage):
     def phases(self) -> list[Phase]:
         # With `against`: the earlier runs checked before any task, their matches removed before this run's buckets.
         first, earlier = ([Against()], [EarlierPairs(), EarlierVerify()]) if self.config.against else ([], [])
-        return [*first, Signatures(), *earlier, Buckets(), Groups(), Verify(), Components(), ByComponent(),
+        return [PartitionCount(), *first, Signatures(), *earlier, Buckets(), Groups(), Verify(), Components(), ByComponent(),
                 Clusters(), ClusterTable(), FilterShards(), Index()]
 
     def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -621,8 +622,12 @@ class DedupStage(Stage):
         rules = clusters.get("removed_by_rule", {})
         summary.append(f"keep_rule {self.config.keep_rule}: the greedy rule removes {rules.get('greedy', 0):,} "
                        f"documents, one kept per component {rules.get('component', 0):,}")
+        sized = reduced.get("partitions") or {}
+        if sized:
+            summary.append(f"{sized['count']:,} band-key partitions ({'sized from ' if sized['setting'] == 'auto' else 'set for '}"
+                           f"{sized['docs']:,} documents, {sized['text_bytes']:,} bytes of text)")
         report = {"clusters": clusters, "candidates": cand, "cluster_members": stats.get("cluster_members", {}),
-                  "summary": summary}
+                  "partitions": sized.get("count"), "summary": summary}
         if "earlier_verify" in reduced:  # `against`: what the earlier runs' documents removed, per run
             earlier = {k: v for k, v in reduced["earlier_verify"].items() if k != "decision_files"}
             report["earlier_runs"] = {**earlier, **(reduced.get("earlier_pairs") or {})}
