@@ -27,7 +27,7 @@ def _stage_and_plan(output: Path, phase_name: str, config_path: Path | None = No
     import pyarrow.fs
 
     from tokenmill.pipeline.config import build_stages, load_config
-    from tokenmill.pipeline.contract import PlanContext
+    from tokenmill.pipeline.contract import DriverPhase, PlanContext
 
     config = load_config(config_path or output.parent / "run.yaml")
     config = config.model_copy(update={"output": str(output)})
@@ -45,6 +45,9 @@ def _stage_and_plan(output: Path, phase_name: str, config_path: Path | None = No
     ctx = PlanContext(stage_dir, input_dir, upstream, shared, fs)
     tasks = []
     for phase in phases[:index + 1]:
+        if isinstance(phase, DriverPhase):  # `partitions` (and `against`): built on the driver, as the run did
+            shared[phase.name] = phase.build(stage, ctx)
+            continue
         while True:
             planned = phase.plan(stage, ctx)
             if phase is phases[index]:

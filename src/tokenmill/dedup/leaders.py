@@ -116,11 +116,12 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
     members: list[list[int]] = []  # per leader: its direct members (each with J > threshold to it)
     parent: list[int] = []         # union-find over leader indices: clusters joined by verified edges
     bank = _Bank()
-
-    a: list[int] = []
-    b: list[int] = []
-    sims: list[float] = []
-    compared = not_verified = 0
+    # Edges as arrays, one per comparison pass that found any: a group of 10,000 near copies yields millions of
+    # edges, and as Python ints and floats they took 100 bytes each (the largest allocation of a verify task).
+    a: list[np.ndarray] = []
+    b: list[np.ndarray] = []
+    sims: list[np.ndarray] = []
+    edges = compared = not_verified = 0
     for x in docs:
         sx = np.asarray(shingles[x], dtype=np.uint64)
         # Size filter (exact): J(x, y) <= min/max of their sizes, so a leader whose size ratio with x is at most
@@ -143,8 +144,12 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
                 parent[r] = joined
 
         passed = np.flatnonzero(to_leader > threshold)
+        if passed.size:
+            a.append(np.full(passed.size, x, np.uint64))
+            b.append(np.array([leaders[i] for i in passed.tolist()], np.uint64))
+            sims.append(to_leader[passed])
+            edges += passed.size
         for i in passed.tolist():
-            a.append(x), b.append(leaders[i]), sims.append(float(to_leader[i]))
             join(i)
         # Clusters that may hold a partner of x (triangle inequality), nearest first.
         maybe = np.flatnonzero((to_leader > near) & (to_leader <= threshold))
@@ -163,8 +168,12 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
             to_member = _jaccard_against(sx, data, bounds)
             compared += len(take)
             budget -= len(take)
-            for j in np.flatnonzero(to_member > threshold).tolist():
-                a.append(x), b.append(take[j]), sims.append(float(to_member[j]))
+            hits = np.flatnonzero(to_member > threshold)
+            if hits.size:
+                a.append(np.full(hits.size, x, np.uint64))
+                b.append(np.array([take[j] for j in hits.tolist()], np.uint64))
+                sims.append(to_member[hits])
+                edges += hits.size
                 join(i)
         # Eligible leaders past the budget, in clusters x is not connected to: undecided, with their members.
         for i in eligible[max_comparisons:].tolist():
@@ -181,10 +190,12 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
                 parent[_find(parent, len(parent) - 1)] = _find(parent, joined)
 
     k = len(docs)
-    ua, ub = np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)
+    ua = np.concatenate(a) if a else np.zeros(0, np.uint64)
+    ub = np.concatenate(b) if b else np.zeros(0, np.uint64)
     pairs = np.stack([np.minimum(ua, ub), np.maximum(ua, ub)], axis=1).reshape(-1, 2)
-    return LeaderResult(pairs, np.asarray(sims, dtype=np.float64), compared, compared - len(a),
-                        k * (k - 1) // 2 - compared - not_verified, not_verified)
+    jaccard = np.concatenate(sims).astype(np.float64, copy=False) if sims else np.zeros(0, np.float64)
+    return LeaderResult(pairs, jaccard, compared, compared - edges, k * (k - 1) // 2 - compared - not_verified,
+                        not_verified)
 
 
 def _check_leader_args(threshold: float, max_comparisons: int) -> None:

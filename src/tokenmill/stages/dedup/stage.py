@@ -203,8 +203,20 @@ class Verify(Phase):
         return _sum_counts(results)
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        cfg: DedupConfig = stage.config
         a, b, exact = _routed_pairs(ctx, int(task.key[1:]), partition_count(ctx))  # the key is p####
+        edges, sims, counts = self._verified(stage, task, ctx, a, b, exact)  # the shingles are gone on return
+        if counts["pairs_not_verified"]:
+            log.warning("dedup verify %s: %d pairs of buckets over the cap were not verified "
+                        "(max_comparisons_per_document = %d)", task.key, counts["pairs_not_verified"],
+                        stage.config.max_comparisons_per_document)
+        ctx.write(f"_work/edges/{task.key}.parquet", _edges_bytes(a, b, exact, edges, sims, partition_count(ctx)))
+        return counts
+
+    def _verified(self, stage: "DedupStage", task: Task, ctx: TaskContext, a: np.ndarray, b: np.ndarray,
+                  exact: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, int]]:
+        """The near pairs above the threshold and the groups' edges (lists of pair arrays and of their Jaccard),
+        and the counts."""
+        cfg: DedupConfig = stage.config
         over = pq.read_table(storage.join(ctx.stage_dir, f"_work/groups/{task.key}.parquet"), filesystem=ctx.fs)
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
         over_bucket, over_doc = over.column("bucket").to_numpy(), over.column("doc").to_numpy()
@@ -228,21 +240,32 @@ class Verify(Phase):
                 counts["pairs_rejected"] += found.rejected
                 counts["buckets_over_cap_second_pass"] += int(found.second_pass)
                 counts["pairs_not_verified"] += found.not_verified
-        if counts["pairs_not_verified"]:
-            log.warning("dedup verify %s: %d pairs of buckets over the cap were not verified "
-                        "(max_comparisons_per_document = %d)", task.key, counts["pairs_not_verified"],
-                        cfg.max_comparisons_per_document)
-        near_edges, near_sims = unique_edges(np.concatenate(edges), np.concatenate(sims))
-        first = np.r_[a[exact], near_edges[:, 0]].astype(np.uint64)
-        # A row group per components task: the one that owns the edge's first end (round 0 and `by_component`).
-        ctx.write(f"_work/edges/{task.key}.parquet", split_bytes(pa.table({
-            "a": pa.array(first, pa.uint64()),
-            "b": pa.array(np.r_[b[exact], near_edges[:, 1]], pa.uint64()),
-            "jaccard": pa.array(np.r_[np.ones(int(exact.sum())), near_sims], pa.float64()),
-            "exact": pa.array(np.r_[np.ones(int(exact.sum()), bool), np.zeros(len(near_edges), bool)]),
-        }), owner(first, partition_count(ctx))))
-        return counts
+        return edges, sims, counts
 
+
+def _drained(parts: list[np.ndarray]) -> np.ndarray:
+    """The arrays of `parts` joined, the list emptied: the joined copy is then the only one held."""
+    joined = np.concatenate(parts)
+    parts.clear()
+    return joined
+
+
+def _edges_bytes(a: np.ndarray, b: np.ndarray, exact: np.ndarray, edges: list[np.ndarray], sims: list[np.ndarray],
+                 partitions: int) -> bytes:
+    """A verify task's edge file: its exact pairs, then its near edges each once, sorted; a row group per components
+    task, the one that owns the edge's first end (round 0 and `by_component`). Each copy is dropped once the next
+    is made: a task holding a group of 10,000 copies writes about 7 million edges, 170 MB an array set (the 5 GB
+    web-like run, 2026-11-28), and held them three times over at its peak."""
+    near_edges, near_sims = unique_edges(_drained(edges), _drained(sims))
+    n_exact = int(exact.sum())
+    table = pa.table({
+        "a": pa.array(np.r_[a[exact], near_edges[:, 0]].astype(np.uint64), pa.uint64()),
+        "b": pa.array(np.r_[b[exact], near_edges[:, 1]], pa.uint64()),
+        "jaccard": pa.array(np.r_[np.ones(n_exact), near_sims], pa.float64()),
+        "exact": pa.array(np.r_[np.ones(n_exact, bool), np.zeros(len(near_edges), bool)]),
+    })
+    del near_edges, near_sims
+    return split_bytes(table, owner(table.column("a").to_numpy(), partitions))
 
 def _routed_pairs(ctx: TaskContext, part: int, partitions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pairs every buckets task routed to verify task `part` (its row group of each buckets task's file), as
