@@ -40,7 +40,7 @@ from tokenmill.pipeline import storage
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
 from tokenmill.pipeline.stats import text_bytes
-from tokenmill.subdoc import count_spans, doc_spans, remove_spans, span_texts
+from tokenmill.subdoc import count_spans, doc_spans, remove_spans_batch, span_texts
 from tokenmill.text.escapes import content_kind
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,51 @@ class SubdocConfig(StageConfig):
     """Code documents (by content, `escapes.content_kind`): `keep` every line; `dedup` as any other document."""
     partitions: int = Field(default=16, ge=1, le=4096)
     """Hash partitions: one count task each; more partitions, less memory per task."""
+
+
+_W = r"[0-9A-Za-z_\x{80}-\x{10FFFF}]"  # Python's Unicode `\w`, or more: every character past ASCII
+_LINE = r"(?:^|\n)[ \t]*"  # `content_kind` matches its line signals in the text with a line break put first
+_END = r"[ \t]*\r?(?:\n|$)"  # `\r?$` under re.M
+CODE_SIGNAL_RE2 = "|".join([
+    # _CODE_STRONG's alternatives, in order
+    _LINE + r"(?:def|class|fn|func|function|sub)[ \t]+" + _W + r"+[ \t]*[(:<{]",
+    r"import[ \t]",
+    _LINE + r"using[ \t]+[0-9A-Za-z_.:\x{80}-\x{10FFFF}]+[ \t]*;",
+    _LINE + r"package[ \t]+[0-9A-Za-z_.\x{80}-\x{10FFFF}]+[ \t]*;",
+    r">>>[ \t]",
+    r"#[ \t]*(?:include|define|ifn?def|endif|pragma|undef)",
+    r'"""',
+    r"\)[ \t]*;" + _END,
+    r"(?:printf|println|console\.log|System\.out\.print|re\.(?:compile|match|fullmatch|search|subn?|findall"
+    r"|finditer|split)|preg_(?:match|replace|split))\(",
+    # _CODE_WEAK's
+    r"(?:^|\n)[ \t]{2,}(?:return|if|for|while|elif|else|try|except|finally|with|raise|yield|assert|break|continue)",
+    _LINE + r"(?:public|private|protected|static)[ \t]+" + _W,
+    _LINE + r"\}[ \t]*;?" + _END,
+    _LINE + r"[A-Za-z_][0-9A-Za-z_.\x{80}-\x{10FFFF}]*(?:\[[^\]\n]*\])?[ \t]*[+\-*/|&]?=",
+    r"\{" + _END,
+    r"\.(?:join|split|replace|strip|rstrip|lstrip|startswith|endswith|append|format|encode|decode)\(",
+    r"(?:len|range|enumerate|isinstance|sorted|strlen|strcmp|strcpy|malloc|free)\(",
+    r"\\[dswbDSWB]",
+    # _CODE_OPERATOR's
+    r"==|!=|&&|\|\||\+=|-=|\*=|->|=>|::|\+\+",
+])
+"""Where any code signal of `escapes.content_kind` (its `_CODE_STRONG`, `_CODE_WEAK`, `_CODE_OPERATOR`) may be, in
+RE2: each alternative is one of theirs with the lookarounds and `\\b` left out, `\\w` widened to every non-ASCII
+character and the rest of a match after its first sure part cut, so it matches wherever theirs does, and more. A
+document without a signal is prose to `content_kind` (code needs 4), so only the others are asked."""
+
+
+def code_documents(column: pa.ChunkedArray) -> list[bool]:
+    """`content_kind(text) == "code"` for each text, asked only of the texts where RE2 finds a code signal."""
+    if not len(column):
+        return []
+    maybe = pc.match_substring_regex(column, CODE_SIGNAL_RE2).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(maybe)
+    out = [False] * len(column)
+    for row, text in zip(rows.tolist(), column.take(pa.array(rows)).to_pylist()):
+        out[row] = content_kind(text) == "code"
+    return out
 
 
 def _stable_order(shards: list[dict[str, Any]]) -> list[int]:
@@ -153,8 +198,8 @@ class Spans(Phase):
 
     def run(self, stage: "SubdocStage", task: Task, ctx: TaskContext) -> Any:
         path = storage.join(ctx.input_dir, task.inputs[0])
-        texts = pq.read_table(path, columns=["text"], filesystem=ctx.fs).column("text").to_pylist()
-        skip = [content_kind(t) == "code" for t in texts] if stage.config.code == "keep" else None
+        texts = pq.read_table(path, columns=["text"], filesystem=ctx.fs).column("text")
+        skip = code_documents(texts) if stage.config.code == "keep" else None
         found = doc_spans(texts, stage.config.unit, stage.config.min_chars, skip)
         docs = (np.uint64(task.params["index"]) << np.uint64(32)) | found.row.astype(np.uint64)
         table = pa.table({"hash": pa.array(found.hash, pa.uint64()), "doc": pa.array(docs, pa.uint64())})
@@ -247,8 +292,10 @@ class Apply(ShardMap):
         counts: Counter = Counter()
         examples: dict[str, str] = {}
         removed = _SpanRows()
-        for row in sorted(remove):
-            result = remove_spans(texts[row], cfg.unit, cfg.min_chars, set(remove[row]))
+        rows = sorted(remove)
+        results = remove_spans_batch([texts[row] for row in rows], cfg.unit, cfg.min_chars,
+                                     [set(remove[row]) for row in rows])
+        for row, result in zip(rows, results):
             if not result.spans_removed:
                 continue
             counts["docs_changed"] += 1

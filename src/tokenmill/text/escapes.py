@@ -250,7 +250,8 @@ _TEX_MIN = 3
 
 # Code signals, strong (count 2) and weak (count 1). Every alternative starts with a literal character so the regex
 # engine only stops at those characters (a line break, `#`, `"`, `(`, `.`, `{`, `)`, an operator's first character).
-# Semicolons at line ends are not signals: prose lists and verse end lines so.
+# Semicolons at line ends are not signals: prose lists and verse end lines so. `stages.subdoc.CODE_SIGNAL_RE2` must
+# match wherever any of these three does (tests/subdoc/test_speed_spans.py checks it): widen it with any change here.
 _CODE_STRONG = re.compile(
     r"(?:"
     r"\n[ \t]*(?:(?:def|class|fn|func|function|sub)[ \t]+\w+[ \t]*[(:<{]"

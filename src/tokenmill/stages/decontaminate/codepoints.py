@@ -26,8 +26,3 @@ def code_points(text: str) -> np.ndarray:
     """uint32 code point of each character of `text`, lone surrogates included."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
-
-def utf8_sizes(cps: np.ndarray) -> np.ndarray:
-    """UTF-8 bytes of each code point, as `str.encode("utf-8", "surrogatepass")` writes it (a surrogate: 3)."""
-    return (1 + (cps >= 0x80).view(np.uint8) + (cps >= 0x800).view(np.uint8)
-            + (cps >= 0x10000).view(np.uint8))

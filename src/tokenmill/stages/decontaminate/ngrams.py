@@ -40,7 +40,7 @@ import xxhash
 
 from tokenmill.dedup.polyhash import fmix64 as _fmix64
 from tokenmill.dedup.polyhash import powers as _powers
-from tokenmill.stages.decontaminate.codepoints import char_table, code_points, utf8_sizes
+from tokenmill.stages.decontaminate.codepoints import char_table, code_points
 from tokenmill.stages.decontaminate.segments import WHOLE as WHOLE_FIELD, split_field
 
 CHAR_LANGS = frozenset({"zh", "ja"})  # languages tokenised by characters
@@ -490,7 +490,8 @@ def tokenize_batch(texts: list[str], chars: bool, *, cuts: bool = False) -> Toke
     is what it is within the tokens joined by spaces (the one context rule of str.lower, final sigma, stops at a
     space)."""
     joined = "\n".join(texts)  # "\n" is no token character: no token spans two texts
-    cps = code_points(joined)
+    # ASCII (str.isascii reads a flag): its bytes are its code points, one byte each, with no UTF-32 copy to make.
+    cps = np.frombuffer(joined.encode("ascii"), dtype=np.uint8) if joined.isascii() else code_points(joined)
     is_token = char_table(_CHAR_RE)[cps]
     text_starts = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1, out=text_starts[1:])
@@ -501,7 +502,7 @@ def tokenize_batch(texts: list[str], chars: bool, *, cuts: bool = False) -> Toke
         edges = np.diff(is_token.view(np.int8), prepend=np.int8(0), append=np.int8(0))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     offsets = np.searchsorted(starts, text_starts).astype(np.int64)
-    hashes = _batch_hashes(joined, cps, is_token, starts, ends, chars)
+    hashes = _batch_hashes(cps, is_token, starts, ends, chars)
     cut = None
     if cuts:
         cut = np.zeros(len(starts) + 1, dtype=bool)
@@ -512,9 +513,9 @@ def tokenize_batch(texts: list[str], chars: bool, *, cuts: bool = False) -> Toke
     return TokenBatch(starts=starts - text_of, ends=ends - text_of, offsets=offsets, hashes=hashes, cuts=cut)
 
 
-def _batch_hashes(joined: str, cps: np.ndarray, is_token: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                  chars: bool) -> np.ndarray:
-    """token_hashes of the lowercased tokens [starts, ends) of `joined`: each distinct token hashed once."""
+def _batch_hashes(cps: np.ndarray, is_token: np.ndarray, starts: np.ndarray, ends: np.ndarray, chars: bool
+                  ) -> np.ndarray:
+    """token_hashes of the lowercased tokens [starts, ends) of the code points `cps`: each distinct token hashed once."""
     lookup = _TOKEN_HASHES.__getitem__
     if len(starts) == 0:
         return np.empty(0, dtype=_U64)
@@ -522,18 +523,17 @@ def _batch_hashes(joined: str, cps: np.ndarray, is_token: np.ndarray, starts: np
         distinct, index = np.unique(cps[starts], return_inverse=True)
         return np.fromiter((lookup(chr(c).lower()) for c in distinct.tolist()), dtype=_U64,
                            count=len(distinct))[index]
-    # The tokens' UTF-8 bytes back to back, as an Arrow binary array: Arrow finds the distinct ones in C.
-    sizes = utf8_sizes(cps)
-    data = np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8)[np.repeat(is_token, sizes)]
-    byte_at = np.zeros(len(cps) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=byte_at[1:])
+    # The tokens' code points back to back (one byte each for ASCII, else four: UTF-32, no UTF-8 sizes to add up),
+    # as an Arrow binary array: Arrow finds the distinct ones in C, decoded back to the same strings.
+    data = cps[is_token]
+    codec = "ascii" if data.itemsize == 1 else "utf-32-le"
     bounds = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(byte_at[ends] - byte_at[starts], out=bounds[1:])
+    np.cumsum((ends - starts) * data.itemsize, out=bounds[1:])
     tokens = pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-    encoded = tokens.dictionary_encode()
-    distinct = encoded.dictionary.to_pylist()
-    return np.fromiter((lookup(t.decode("utf-8", "surrogatepass").lower()) for t in distinct), dtype=_U64,
-                       count=len(distinct))[encoded.indices.to_numpy(zero_copy_only=False)]
+    coded = tokens.dictionary_encode()
+    distinct = coded.dictionary.to_pylist()
+    return np.fromiter((lookup(t.decode(codec, "surrogatepass").lower()) for t in distinct), dtype=_U64,
+                       count=len(distinct))[coded.indices.to_numpy(zero_copy_only=False)]
 
 
 _BATCH_CHARS = 1 << 22  # characters tokenised at once: about 150 MB at the peak (tracemalloc, English text)

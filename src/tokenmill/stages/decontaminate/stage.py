@@ -17,7 +17,7 @@ from tokenmill.documents import NO_SUBSET
 from tokenmill.pipeline.stats import text_bytes
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
-from tokenmill.documents import parquet_bytes, read_shard
+from tokenmill.documents import parquet_bytes
 from tokenmill.pipeline.contract import DriverPhase, Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name
 from tokenmill.stages.decontaminate.config import DecontaminateConfig
@@ -80,6 +80,19 @@ def _doc_matches(table: pa.Table, index: EvalIndex, ignore: frozenset = frozense
             for matches in find_matches_batch(texts, langs, index)]
 
 
+def _hit_shards(results: Mapping[str, Any], ignore: frozenset) -> frozenset[str]:
+    """The count tasks (shard keys) that matched an n-gram not ignored: the excise phase finds the same matches less
+    the ignored ones, so a shard not listed has none to excise. Kept in memory for the excise tasks, never written."""
+    return frozenset(key for key, result in results.items() if any(int(h) not in ignore for h in result["ngrams"]))
+
+
+def _match_columns(path: str, fs) -> pa.Table:
+    """The columns of a shard that matching reads: text and language, and the source its language may fall back on
+    (`with_fallbacks`); a shard's other columns (clean's scores among them) are most of its bytes."""
+    names = set(pq.read_schema(path, filesystem=fs).names)
+    return pq.read_table(path, columns=[c for c in ("text", "lang", "source") if c in names], filesystem=fs)
+
+
 class CountNgrams(Phase):
     """Per shard: in how many documents each matched evaluation n-gram occurs (common phrases are ignored later)."""
 
@@ -89,7 +102,7 @@ class CountNgrams(Phase):
         return [Task(key=shard_name(s["path"]), inputs=(s["path"],)) for s in ctx.input_shards]
 
     def run(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext) -> Any:
-        table = with_fallbacks(read_shard(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs), stage)
+        table = with_fallbacks(_match_columns(storage.join(ctx.input_dir, task.inputs[0]), ctx.fs), stage)
         index = ctx.shared["index"]["index"]
         counts: Counter = Counter()
         sample: dict[int, str] = {}
@@ -108,8 +121,9 @@ class CountNgrams(Phase):
                 texts.setdefault(h, text)
         cap = stage.config.max_doc_frequency
         common = sorted(((n, texts[h]) for h, n in totals.items() if n > cap), reverse=True)
-        return {"ignore": frozenset(int(h) for h, n in totals.items() if n > cap),
-                "common": [{"documents": n, "text": t} for n, t in common]}
+        ignore = frozenset(int(h) for h, n in totals.items() if n > cap)
+        return {"ignore": ignore, "common": [{"documents": n, "text": t} for n, t in common],
+                "hit_shards": _hit_shards(results, ignore)}
 
 
 class Decontaminate(ShardMap):
@@ -119,6 +133,10 @@ class Decontaminate(ShardMap):
 
     def map_shard(self, stage: "DecontaminateStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         cfg: DecontaminateConfig = stage.config
+        hit_shards = ctx.shared["count"].get("hit_shards")
+        if hit_shards is not None and task.key not in hit_shards:  # nothing to excise: no matching again
+            ctx.write(f"_work/hits/{task.key}.parquet", parquet_bytes(_no_hits()))
+            return _unchanged(table)
         filled = with_fallbacks(table, stage)
         index: EvalIndex = ctx.shared["index"]["index"]
         ignore = ctx.shared["count"]["ignore"]
@@ -159,6 +177,21 @@ class Decontaminate(ShardMap):
                                                             if r is not None or t0 != t1)}
         # Excision shortens texts: the manifest's bytes_in must be what came in, so the cut bytes stay in the lineage.
         return ShardOutput(out, pa.array(reasons, pa.string()), stats, bytes_in=text_bytes(table))
+
+
+def _no_hits() -> pa.Table:
+    """The hits table of a shard without any, built as `Decontaminate.map_shard` builds one."""
+    return pa.table({name: [] for name in HITS_SCHEMA.names}, schema=HITS_SCHEMA)
+
+
+def _unchanged(table: pa.Table) -> ShardOutput:
+    """What `Decontaminate.map_shard` makes of a shard without a match to excise: every row kept as it came, the text
+    column one chunk of `string` as its rebuilt one is, no hits."""
+    text = table.column("text")
+    text = text.cast(pa.string()).combine_chunks() if text.num_chunks else pa.array([], pa.string())
+    out = table.set_column(table.schema.get_field_index("text"), "text", text)
+    stats = {"found": {}, "hits": 0, "excised_chars": 0, "documents_with_hits": 0}
+    return ShardOutput(out, pa.array([None] * table.num_rows, pa.string()), stats, bytes_in=text_bytes(table))
 
 
 class JoinHits(Phase):
