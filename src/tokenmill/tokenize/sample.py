@@ -4,6 +4,7 @@ the sharding; exactly, in one pass over every shard's ids, or from per-shard can
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import xxhash
 
 from tokenmill.documents import read_rows
 
-__all__ = ["choose_sample", "id_key", "read_texts", "sample_bound", "sample_candidates", "training_sample"]
+__all__ = ["choose_sample", "id_key", "id_keys", "read_texts", "sample_bound", "sample_candidates", "training_sample"]
 
 
 def _key_seed(seed: int) -> int:
@@ -25,6 +26,15 @@ def id_key(seed: int, doc_id: str) -> int:
     """A document's keyed hash (xxh3-64 of its id under the run's seed): what orders the training sample and puts
     a document in the valid split, whatever the sharding."""
     return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=_key_seed(seed))
+
+
+def id_keys(ids: pa.ChunkedArray | pa.Array, seed: int) -> np.ndarray:
+    """`id_key` of every id of an Arrow string column, as uint64: hashed from the UTF-8 bytes Arrow holds (a cast to
+    binary is a view), without a str and a Python call around each."""
+    raw = ids.cast(pa.large_binary() if pa.types.is_large_string(ids.type) else pa.binary()).to_pylist()
+    # `map` with the seed positional: no generator frame nor keyword per id
+    return np.fromiter(map(xxhash.xxh3_64_intdigest, raw, itertools.repeat(_key_seed(seed))), dtype=np.uint64,
+                       count=len(raw))
 
 
 def training_sample(paths: Sequence[str], fs, seed: int, n: int) -> list[str]:
@@ -66,12 +76,9 @@ def sample_bound(total_docs: int, n: int) -> int:
 
 def sample_candidates(ids: pa.ChunkedArray | pa.Array, seed: int, below: int) -> dict[str, list]:
     """The rows of one shard whose id's keyed hash is under `below`: their rows, keys and ids."""
-    ids = ids.to_pylist()  # a Python call per id, but in every shard's task at once, not in the one-task phase
-    seed64 = _key_seed(seed)  # `id_key`, without a Python call per id around it
-    keys = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8"), seed=seed64) for i in ids), dtype=np.uint64,
-                       count=len(ids))
-    rows = np.flatnonzero(keys < np.uint64(below)) if below < 2**64 else np.arange(len(ids))
-    return {"rows": rows.tolist(), "keys": keys[rows].tolist(), "ids": [ids[r] for r in rows]}
+    keys = id_keys(ids, seed)
+    rows = np.flatnonzero(keys < np.uint64(below)) if below < 2**64 else np.arange(len(keys))
+    return {"rows": rows.tolist(), "keys": keys[rows].tolist(), "ids": ids.take(rows).to_pylist()}
 
 
 def choose_sample(candidates: Sequence[tuple[str, Mapping[str, list]]], n: int,

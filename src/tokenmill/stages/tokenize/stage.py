@@ -27,7 +27,7 @@ from tokenmill.tokenize import bundle, hf_files, tokens_json
 from tokenmill.tokenize.bundle import SplitFiles
 from tokenmill.tokenize.merge import join_parts, plan_files
 from tokenmill.tokenize.indexed import dtype_for_vocab
-from tokenmill.tokenize.sample import choose_sample, id_key, read_texts, sample_bound, sample_candidates, training_sample
+from tokenmill.tokenize.sample import choose_sample, id_keys, read_texts, sample_bound, sample_candidates, training_sample
 from tokenmill.tokenize.tokenizer import LoadedTokenizer, _loaded, load_gpt2_files, load_tokenizer, train_bpe
 
 SPLITS = ("train", "valid")
@@ -136,9 +136,8 @@ class Encode(ShardMap):
     def map_shard(self, stage: "TokenizeStage", task: Task, ctx: TaskContext, table: pa.Table) -> ShardOutput:
         cfg: TokenizeConfig = stage.config
         tok: LoadedTokenizer = ctx.shared["tokenizer"]
-        threshold = int(cfg.valid_fraction * 2**64)
-        valid = np.fromiter((id_key(stage.run.seed, i) < threshold for i in table.column("id").to_pylist()),
-                            dtype=bool, count=table.num_rows)
+        threshold = int(cfg.valid_fraction * 2**64)  # below 2**64: valid_fraction < 1
+        valid = id_keys(table.column("id"), stage.run.seed) < np.uint64(threshold)
         engines: set[str] = set()
         out = {s: SplitFiles(s, task.key, dtype_for_vocab(tok.vocab_size), cfg.max_tokens_per_file, table, engines,
                              ctx, PARTS) for s in SPLITS}
