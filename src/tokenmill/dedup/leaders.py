@@ -116,12 +116,8 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
     members: list[list[int]] = []  # per leader: its direct members (each with J > threshold to it)
     parent: list[int] = []         # union-find over leader indices: clusters joined by verified edges
     bank = _Bank()
-    # Edges as arrays, one per comparison pass that found any: a group of 10,000 near copies yields millions of
-    # edges, and as Python ints and floats they took 100 bytes each (the largest allocation of a verify task).
-    a: list[np.ndarray] = []
-    b: list[np.ndarray] = []
-    sims: list[np.ndarray] = []
-    edges = compared = not_verified = 0
+    edges = _Edges(threshold)
+    compared = not_verified = 0
     for x in docs:
         sx = np.asarray(shingles[x], dtype=np.uint64)
         # Size filter (exact): J(x, y) <= min/max of their sizes, so a leader whose size ratio with x is at most
@@ -143,13 +139,8 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
             elif r != joined:
                 parent[r] = joined
 
-        passed = np.flatnonzero(to_leader > threshold)
-        if passed.size:
-            a.append(np.full(passed.size, x, np.uint64))
-            b.append(np.array([leaders[i] for i in passed.tolist()], np.uint64))
-            sims.append(to_leader[passed])
-            edges += passed.size
-        for i in passed.tolist():
+        passed = edges.add(x, leaders, to_leader)
+        for i in passed:
             join(i)
         # Clusters that may hold a partner of x (triangle inequality), nearest first.
         maybe = np.flatnonzero((to_leader > near) & (to_leader <= threshold))
@@ -168,19 +159,14 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
             to_member = _jaccard_against(sx, data, bounds)
             compared += len(take)
             budget -= len(take)
-            hits = np.flatnonzero(to_member > threshold)
-            if hits.size:
-                a.append(np.full(hits.size, x, np.uint64))
-                b.append(np.array([take[j] for j in hits.tolist()], np.uint64))
-                sims.append(to_member[hits])
-                edges += hits.size
+            if edges.add(x, take, to_member):
                 join(i)
         # Eligible leaders past the budget, in clusters x is not connected to: undecided, with their members.
         for i in eligible[max_comparisons:].tolist():
             if joined is None or _find(parent, i) != _find(parent, joined):
                 not_verified += 1 + len(members[i])
-        if passed.size:
-            members[int(passed[0])].append(x)
+        if passed:
+            members[passed[0]].append(x)
         else:
             leaders.append(x)
             members.append([])
@@ -190,12 +176,38 @@ def leader_edges(docs: Sequence[int], shingles: Mapping[int, np.ndarray], thresh
                 parent[_find(parent, len(parent) - 1)] = _find(parent, joined)
 
     k = len(docs)
-    ua = np.concatenate(a) if a else np.zeros(0, np.uint64)
-    ub = np.concatenate(b) if b else np.zeros(0, np.uint64)
-    pairs = np.stack([np.minimum(ua, ub), np.maximum(ua, ub)], axis=1).reshape(-1, 2)
-    jaccard = np.concatenate(sims).astype(np.float64, copy=False) if sims else np.zeros(0, np.float64)
-    return LeaderResult(pairs, jaccard, compared, compared - edges, k * (k - 1) // 2 - compared - not_verified,
+    pairs, jaccard = edges.arrays()
+    return LeaderResult(pairs, jaccard, compared, compared - len(jaccard), k * (k - 1) // 2 - compared - not_verified,
                         not_verified)
+
+
+class _Edges:
+    """A bucket's verified edges as arrays, one per comparison pass that found any: a group of 10,000 near copies
+    yields millions of edges, and as Python ints and floats they took 100 bytes each (the largest allocation of a
+    verify task)."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.a: list[np.ndarray] = []
+        self.b: list[np.ndarray] = []
+        self.sims: list[np.ndarray] = []
+
+    def add(self, x: int, among: Sequence[int], jaccard: np.ndarray) -> list[int]:
+        """An edge from `x` to each `among[i]` whose `jaccard[i]` is above the threshold; those i, ascending."""
+        hits = np.flatnonzero(jaccard > self.threshold)
+        if hits.size:
+            self.a.append(np.full(hits.size, x, np.uint64))
+            self.b.append(np.array([among[i] for i in hits.tolist()], np.uint64))
+            self.sims.append(jaccard[hits])
+        return hits.tolist()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(m, 2)`` pairs ``(min, max)`` in the order found, and their Jaccard."""
+        ua = np.concatenate(self.a) if self.a else np.zeros(0, np.uint64)
+        ub = np.concatenate(self.b) if self.b else np.zeros(0, np.uint64)
+        pairs = np.stack([np.minimum(ua, ub), np.maximum(ua, ub)], axis=1).reshape(-1, 2)
+        return pairs, (np.concatenate(self.sims).astype(np.float64, copy=False) if self.sims
+                       else np.zeros(0, np.float64))
 
 
 def _check_leader_args(threshold: float, max_comparisons: int) -> None:
