@@ -39,3 +39,14 @@ def test_doubling_the_input_doubles_the_count_so_a_partition_stays_the_same_size
 def test_a_negative_size_is_refused():
     with pytest.raises(ValueError, match="negative"):
         auto_partitions(-1, 0)
+
+
+def test_the_config_takes_auto_or_a_count_and_refuses_anything_else():
+    from pydantic import ValidationError
+
+    from tokenmill.stages.dedup.config import DedupConfig
+
+    assert DedupConfig().partitions == "auto" and DedupConfig(partitions=64).partitions == 64
+    for bad in ("many", 0, 4097, -1):
+        with pytest.raises(ValidationError):
+            DedupConfig(partitions=bad)
