@@ -191,7 +191,7 @@ def _unchanged(table: pa.Table) -> ShardOutput:
     text = text.cast(pa.string()).combine_chunks() if text.num_chunks else pa.array([], pa.string())
     out = table.set_column(table.schema.get_field_index("text"), "text", text)
     stats = {"found": {}, "hits": 0, "excised_chars": 0, "documents_with_hits": 0}
-    return ShardOutput(out, pa.array([None] * table.num_rows, pa.string()), stats, bytes_in=text_bytes(table))
+    return ShardOutput(out, pa.nulls(table.num_rows, pa.string()), stats, bytes_in=text_bytes(table))
 
 
 class JoinHits(Phase):

@@ -78,10 +78,7 @@ def open_run(label: str, location: str, settings: Mapping[str, Any], *, filesyst
     partitions = _index_partitions(committed, (identity.get("config") or {}).get("partitions"), where)
     meta = {}
     for p in range(partitions):
-        path = storage.join(stage_dir, index_file(p))
-        if committed.get(index_file(p)) is None:
-            raise IncrementalError(f"{where}: it has no committed dedup index ({index_file(p)}; made by tokenmill "
-                                   f"before incremental dedup, or lost): rerun it with this version")
+        path = storage.join(stage_dir, index_file(p))  # committed: `_index_partitions` checked p0000..p{P-1}
         size = storage.file_size(fs, path)
         if size != committed[index_file(p)]:
             raise IncrementalError(f"{where}: {index_file(p)} is {size} bytes, committed {committed[index_file(p)]} "
