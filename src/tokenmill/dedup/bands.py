@@ -20,24 +20,27 @@ def band_tables(keys: np.ndarray, docs: np.ndarray, hashes: Sequence[bytes], ban
                 ) -> list[pa.Table]:
     """One shard's band-file rows per partition (`partitions` of them, by key): (band, key, doc, exact) for each
     document's `bands` band keys (`keys`, one row per document), then its exact hash under `EXACT_BAND`."""
-    band = np.repeat(np.arange(bands, dtype=np.uint16)[None, :], len(docs), axis=0).ravel()
-    doc_per_band = np.repeat(docs, bands)
-    flat = keys.ravel()
+    n_band = len(docs) * bands
     # The 128-bit exact hash travels as two uint64: its first 8 bytes are the key, the last 8 `exact`.
     halves = np.frombuffer(b"".join(hashes), dtype="<u8").reshape(-1, 2).astype(np.uint64)
-    exact_key, exact_rest = halves[:, 0], halves[:, 1]
-    tables = []
-    for p in range(partitions):
-        mask = (flat % np.uint64(partitions)) == p
-        emask = (exact_key % np.uint64(partitions)) == p
-        tables.append(pa.table({
-            "band": pa.array(np.concatenate([band[mask], np.full(emask.sum(), EXACT_BAND, np.uint16)]), pa.uint16()),
-            "key": pa.array(np.concatenate([flat[mask], exact_key[emask]]), pa.uint64()),
-            "doc": pa.array(np.concatenate([doc_per_band[mask], docs[emask]]), pa.uint64()),
-            "exact": pa.array(np.concatenate([np.zeros(int(mask.sum()), np.uint64), exact_rest[emask]]), pa.uint64(),
-                              mask=np.r_[np.ones(int(mask.sum()), bool), np.zeros(int(emask.sum()), bool)]),
-        }))
-    return tables
+    key = np.concatenate([keys.ravel(), halves[:, 0]])
+    # Every row (band rows document by document, then the exact rows) in one table, ordered by partition (a
+    # stable sort, so each partition's rows keep that order), each partition a slice of it.
+    part = (key % np.uint64(partitions)).astype(np.int64)
+    order = np.argsort(part, kind="stable")
+    bounds = np.zeros(partitions + 1, dtype=np.int64)
+    np.cumsum(np.bincount(part, minlength=partitions), out=bounds[1:])
+    band = np.concatenate([np.tile(np.arange(bands, dtype=np.uint16), len(docs)),
+                           np.full(len(docs), EXACT_BAND, np.uint16)])
+    doc = np.concatenate([np.repeat(docs, bands), docs]).astype(np.uint64, copy=False)
+    exact = np.concatenate([np.zeros(n_band, np.uint64), halves[:, 1]])
+    table = pa.table({
+        "band": pa.array(band[order], pa.uint16()),
+        "key": pa.array(key[order], pa.uint64()),
+        "doc": pa.array(doc[order], pa.uint64()),
+        "exact": pa.array(exact[order], pa.uint64(), mask=order < n_band),
+    })
+    return [table.slice(a, b - a) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
 
 def exact_digests(key: np.ndarray, exact: pa.ChunkedArray) -> np.ndarray:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from tokenmill.dedup.minhash import EMPTY, MinHasher
 
 _GRID = 2001  # points of the numerical integral over [0, threshold]
 _U64 = np.uint64
@@ -58,6 +62,23 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
         keys ^= sig[:, :, j]
         _mix(keys)
     return keys
+
+
+def minhash_band_keys(hasher: MinHasher, shingle_sets: Sequence[np.ndarray], bands: int, rows: int) -> np.ndarray:
+    """band_keys(hasher.signatures(shingle_sets), bands, rows) without the whole signatures: only the bands * rows
+    permutations the keys use, read permutation-major (a band's j-th row of every document is one array)."""
+    if bands < 1 or rows < 1 or bands * rows > hasher.num_perm:
+        raise ValueError(f"{bands} bands x {rows} rows does not fit {hasher.num_perm} signature columns")
+    mins, nonempty = hasher.minima(shingle_sets, bands * rows)
+    keys = np.broadcast_to(((np.arange(bands, dtype=_U64) + _U64(1)) * _K1)[:, None], (bands, len(nonempty))).copy()
+    for j in range(rows):
+        keys ^= mins[j::rows]
+        _mix(keys)
+    # An empty set's signature is EMPTY everywhere: its keys are those of that one row.
+    out = np.broadcast_to(band_keys(np.full((1, bands * rows), EMPTY, _U64), bands, rows), (len(shingle_sets), bands))
+    out = out.copy()
+    out[nonempty] = keys.T
+    return out
 
 
 def _mix(x: np.ndarray) -> None:

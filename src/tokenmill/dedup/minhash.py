@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 EMPTY = np.iinfo(np.uint64).max  # every position of an empty set's signature (no real value reaches 2^32)
-_CHUNK_BYTES = 16 << 20  # bound on the permutation matrix computed at once
+_CHUNK_BYTES = 4 << 20  # bound on the permutation matrix computed at once (4 MiB: it stays in cache)
 
 
 class MinHasher:
@@ -40,29 +40,38 @@ class MinHasher:
     def signatures(self, shingle_sets: Sequence[np.ndarray]) -> np.ndarray:
         """(n, num_perm) uint64 signatures; sets are concatenated and permuted in memory-bounded chunks of rows,
         each reduced per document with np.minimum.reduceat (a document may span chunks)."""
-        n = len(shingle_sets)
-        out = np.full((n, self.num_perm), EMPTY, dtype=np.uint64)
-        sizes = np.fromiter(map(len, shingle_sets), dtype=np.int64, count=n)
+        out = np.full((len(shingle_sets), self.num_perm), EMPTY, dtype=np.uint64)
+        mins, nonempty = self.minima(shingle_sets)
+        out[nonempty] = mins.T
+        return out
+
+    def minima(self, shingle_sets: Sequence[np.ndarray], perms: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The signatures' values of the non-empty sets for the first `perms` permutations (all by default),
+        permutation-major: a (perms, m) uint32 array, and the indices of those m sets among `shingle_sets`."""
+        perms = self.num_perm if perms is None else perms
+        if not 1 <= perms <= self.num_perm:
+            raise ValueError(f"perms must be in [1, {self.num_perm}], got {perms}")
+        sizes = np.fromiter(map(len, shingle_sets), dtype=np.int64, count=len(shingle_sets))
         nonempty = np.flatnonzero(sizes)
+        mins = np.full((perms, len(nonempty)), np.iinfo(np.uint32).max, dtype=np.uint32)
         if not len(nonempty):
-            return out
+            return mins, nonempty
         values = np.concatenate([np.asarray(shingle_sets[i], dtype=np.uint64) for i in nonempty])
         folded = (values ^ (values >> np.uint64(32))).astype(np.uint32)  # astype keeps the low 32 bits
+        del values
         offsets = np.zeros(len(nonempty) + 1, dtype=np.int64)
         np.cumsum(sizes[nonempty], out=offsets[1:])
         total = int(offsets[-1])
-        mins = np.full((self.num_perm, len(nonempty)), np.iinfo(np.uint32).max, dtype=np.uint32)
-        rows = min(self._chunk, total)
-        buf = np.empty(self.num_perm * rows, dtype=np.uint32)
-        a, b = self.a[:, None], self.b[:, None]
+        rows = min(max(1, self._chunk * self.num_perm // perms), total)  # the same bytes with fewer permutations
+        buf = np.empty(perms * rows, dtype=np.uint32)
+        a, b = self.a[:perms, None], self.b[:perms, None]
         for r0 in range(0, total, rows):
             r1 = min(r0 + rows, total)
             d0 = int(np.searchsorted(offsets, r0, side="right")) - 1
             d1 = int(np.searchsorted(offsets, r1, side="left"))
-            perm = buf[: self.num_perm * (r1 - r0)].reshape(self.num_perm, r1 - r0)
+            perm = buf[: perms * (r1 - r0)].reshape(perms, r1 - r0)
             np.multiply(a, folded[None, r0:r1], out=perm)
             perm += b
             part = np.minimum.reduceat(perm, np.maximum(offsets[d0:d1], r0) - r0, axis=1)
             np.minimum(mins[:, d0:d1], part, out=mins[:, d0:d1])
-        out[nonempty] = mins.T
-        return out
+        return mins, nonempty

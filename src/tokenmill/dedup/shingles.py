@@ -60,6 +60,18 @@ def shingle_hashes_many(texts: Sequence[str], lang: str | None | Sequence[str | 
     (prefix sums of c_j * B^j, so any substring costs O(1)), finalised with the murmur3 fmix64 mixer; n consecutive
     unit hashes are combined the same way and mixed again with `seed`. Equal to shingle_hashes per text.
     """
+    return _shingled(texts, lang, word_ngram, char_ngram, seed, False)[0]
+
+
+def shingles_and_exact_hashes(texts: Sequence[str], lang: str | None | Sequence[str | None], *, word_ngram: int = 5,
+                              char_ngram: int = 5, seed: int = 0) -> tuple[list[np.ndarray], list[bytes]]:
+    """shingle_hashes_many and each text's exact_hash in one pass: the exact hash from the words it finds."""
+    return _shingled(texts, lang, word_ngram, char_ngram, seed, True)
+
+
+def _shingled(texts: Sequence[str], lang: str | None | Sequence[str | None], word_ngram: int, char_ngram: int,
+              seed: int, exact: bool) -> tuple[list[np.ndarray], list[bytes]]:
+    """Shingle hashes per text, and with `exact` the exact hashes (else an empty list), in groups bounding memory."""
     if word_ngram < 1 or char_ngram < 1:
         raise ValueError("word_ngram and char_ngram must be >= 1")
     n_texts = len(texts)
@@ -68,8 +80,10 @@ def shingle_hashes_many(texts: Sequence[str], lang: str | None | Sequence[str | 
     else:
         if len(lang) != n_texts:
             raise ValueError(f"{len(lang)} lang tags for {n_texts} texts")
-        char_mode = [uses_chars(tag) for tag in lang]
+        tags = {tag: uses_chars(tag) for tag in set(lang)}  # a shard has a handful of tags
+        char_mode = [tags[tag] for tag in lang]
     out: list[np.ndarray] = [np.empty(0, dtype=_U64)] * n_texts
+    digests: list[bytes] = [b""] * n_texts if exact else []
     seed_key = _U64(_fmix64_int((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF))
     for chars in (False, True):
         idx = [i for i in range(n_texts) if char_mode[i] == chars]
@@ -81,30 +95,41 @@ def shingle_hashes_many(texts: Sequence[str], lang: str | None | Sequence[str | 
                 size += len(texts[idx[stop]]) + 1
                 stop += 1
             group = idx[start:stop]
-            for i, hashes in zip(group, _shingle_group([texts[i] for i in group], chars, n, seed_key)):
-                out[i] = hashes
+            hashes, group_digests = _shingle_group([texts[i] for i in group], chars, n, seed_key, exact)
+            for i, h in zip(group, hashes):
+                out[i] = h
+            for i, d in zip(group, group_digests):
+                digests[i] = d
             start = stop
-    return out
+    return out, digests
 
 
-def _shingle_group(texts: list[str], chars: bool, n: int, seed_key: np.uint64) -> list[np.ndarray]:
+def _shingle_group(texts: list[str], chars: bool, n: int, seed_key: np.uint64, exact: bool
+                   ) -> tuple[list[np.ndarray], list[bytes]]:
     lowered = [t.lower() for t in texts]
     lengths = np.fromiter(map(len, lowered), dtype=np.int64, count=len(lowered))
     cp = np.frombuffer("\n".join(lowered).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    del lowered
     doc_start = np.zeros(len(texts), dtype=np.int64)
     np.cumsum(lengths[:-1] + 1, out=doc_start[1:])
+    doc_end = doc_start + lengths
     mask = _alnum()[cp]
+    if exact or not chars:
+        edges = np.diff(mask.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+        starts = np.flatnonzero(edges == 1)
+        ends = np.flatnonzero(edges == -1)
+        del edges
+        word_doc = np.searchsorted(doc_start, starts, side="right") - 1
+        word_counts = np.bincount(word_doc, minlength=len(texts))
+    digests = _exact_digests(cp, mask, starts, ends, word_doc, word_counts) if exact else []
     if chars:
         units = cp[mask].astype(_U64)
         before = np.zeros(len(cp) + 1, dtype=np.int64)
         np.cumsum(mask, out=before[1:])
-        counts = before[doc_start + lengths] - before[doc_start]
+        counts = before[doc_end] - before[doc_start]
     else:
-        edges = np.diff(mask.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-        starts = np.flatnonzero(edges == 1)
-        ends = np.flatnonzero(edges == -1)
         units = _poly_substrings(cp, starts, ends - starts)
-        counts = np.bincount(np.searchsorted(doc_start, starts, side="right") - 1, minlength=len(texts))
+        counts = word_counts
         _fmix64(units)
     hashes, doc = _ngram_hashes(units, counts, n)
     hashes ^= seed_key
@@ -119,7 +144,28 @@ def _shingle_group(texts: list[str], chars: bool, n: int, seed_key: np.uint64) -
     keep[1:] = (hashes[1:] != hashes[:-1]) | (doc[1:] != doc[:-1])
     hashes = hashes[keep]
     np.cumsum(np.bincount(doc[keep], minlength=len(texts)), out=bounds[1:])
-    return [hashes[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    return [hashes[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())], digests
+
+
+def _exact_digests(cp: np.ndarray, mask: np.ndarray, starts: np.ndarray, ends: np.ndarray, word_doc: np.ndarray,
+                   word_counts: np.ndarray) -> list[bytes]:
+    """exact_hash of each text of a group from its lowered code points `cp`, their alphanumeric `mask`, the words
+    (starts, ends, text) and each text's word count: normalized(text) is the alphanumeric code points with a space
+    in place of the character just before every word but a text's first (never alphanumeric, always in its text)."""
+    later = starts[1:][word_doc[1:] == word_doc[:-1]]
+    keep = mask.copy()
+    keep[later - 1] = True
+    spaced = cp.copy()
+    spaced[later - 1] = 0x20
+    normal = spaced[keep].tobytes().decode("utf-32-le", "surrogatepass")
+    # Each text's length in `normal`: its words' characters and a space between two.
+    sizes = np.bincount(word_doc, weights=ends - starts, minlength=len(word_counts)).astype(np.int64)
+    sizes += np.maximum(word_counts - 1, 0)
+    bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    digest = xxhash.xxh3_128_digest
+    return [digest(normal[a:b].encode("utf-8", "surrogatepass"))
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
 
 def _ngram_hashes(units: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,9 +194,13 @@ def _ngram_hashes(units: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.nda
 def _poly_substrings(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """sum_j values[s + j] * B^j mod 2^64 for each (s, size), plus size * constant: O(1) each from prefix sums."""
     base_pow, inv_pow = _powers(len(values))
-    prefix = np.zeros(len(values) + 1, dtype=_U64)
-    np.cumsum(values * base_pow, out=prefix[1:])
-    out = prefix[starts + sizes] - prefix[starts]
+    # The products and their sums written in place into `prefix`: no temporary as long as the text.
+    prefix = np.empty(len(values) + 1, dtype=_U64)
+    prefix[0] = 0
+    np.multiply(values, base_pow, out=prefix[1:])
+    np.cumsum(prefix[1:], out=prefix[1:])
+    out = prefix[starts + sizes]
+    out -= prefix[starts]
     out *= inv_pow[starts]
     out += sizes.astype(_U64) * _LEN_MIX
     return out

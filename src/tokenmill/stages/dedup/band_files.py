@@ -19,7 +19,8 @@ def band_bytes(tables: list[pa.Table]) -> bytes:
     64-bit values, so plain (a dictionary only adds to them); the document references ascend within a partition,
     so delta-encoded (under a byte a row instead of about 2.5)."""
     dest = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
-    return split_bytes(pa.concat_tables(tables), dest, use_dictionary=["band", "part"],
+    # One chunk: taking each partition's rows from it is several times cheaper than from one chunk per partition.
+    return split_bytes(pa.concat_tables(tables).combine_chunks(), dest, use_dictionary=["band", "part"],
                        column_encoding={"key": "PLAIN", "doc": "DELTA_BINARY_PACKED", "exact": "PLAIN"})
 
 

@@ -38,10 +38,10 @@ from tokenmill.dedup.decisions import CLUSTERS_SCHEMA, Decisions, decide, merge_
 from tokenmill.dedup.distributed_components import MAX_ROUNDS, ROWS_PER_TASK, SplitWriter, adjacency, contract, \
     iter_parts, labels, lookup, owner, parts_for, split_bytes, star_round
 from tokenmill.dedup.leaders import cluster_groups
-from tokenmill.dedup.lsh import band_keys, choose_bands
+from tokenmill.dedup.lsh import choose_bands, minhash_band_keys
 from tokenmill.dedup.minhash import MinHasher
 from tokenmill.dedup.refs import doc_ref, route, rows_by_shard
-from tokenmill.dedup.shingles import exact_hash, shingle_hashes_many
+from tokenmill.dedup.shingles import shingle_hashes_many, shingles_and_exact_hashes
 from tokenmill.dedup.verify import unique_edges, unique_pairs, verify
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.columns import with_fallbacks
@@ -93,19 +93,19 @@ class Signatures(Phase):
         cfg: DedupConfig = stage.config
         texts = table.column("text").to_pylist()
         docs = doc_ref(task.params["index"], np.arange(len(texts)))
-        shingles = shingle_hashes_many(texts, _langs(stage, table), word_ngram=cfg.word_ngram,
-                                       char_ngram=cfg.char_ngram)
-        hashes = [exact_hash(t) for t in texts]
-        signatures = stage.hasher.signatures(shingles) if texts else np.zeros((0, cfg.num_perm), np.uint64)
+        # The exact hashes come from the words the shingling finds; the keys from only the permutations bands use.
+        shingles, hashes = shingles_and_exact_hashes(texts, _langs(stage, table), word_ngram=cfg.word_ngram,
+                                                     char_ngram=cfg.char_ngram)
+        del texts
+        keys = minhash_band_keys(stage.hasher, shingles, stage.bands, stage.rows)
         del shingles
-        keys = band_keys(signatures, stage.bands, stage.rows)
         # Row i of this file is row i of the input shard (document reference index << 32 | i); id and source are
         # read back from the input shard where needed, the length (characters) would need the whole text.
         ctx.write(f"_work/docs/{task.key}.parquet", parquet_bytes(pa.table({
             "length": pc.utf8_length(table.column("text")).cast(pa.int64()),
         })))
         ctx.write(band_path(task.key), band_bytes(band_tables(keys, docs, hashes, stage.bands, partition_count(ctx))))
-        return {"docs": len(texts)}
+        return {"docs": len(docs)}
 
 
 def _sum_counts(results: Mapping[str, Any]) -> dict[str, int]:
