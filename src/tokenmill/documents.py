@@ -53,9 +53,14 @@ def _writer_options(table: pa.Table) -> dict[str, Any]:
             "use_dictionary": [name for name in table.column_names if name not in NO_DICTIONARY]}
 
 
+# One encoder for every call: json.dumps with options builds a new JSONEncoder per call (ingest calls this once per
+# record). `encode` keeps no state between calls, so one instance serves every thread.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: the same value always gives the same string."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def digest(value: Any) -> str:

@@ -51,6 +51,7 @@ class Members(io.RawIOBase):
         self.consumed = 0
         self.pending = memoryview(b"")
         self.error: CorruptStream | None = None
+        self.failed: Exception | None = None  # a read of `raw` that failed while filling a buffer, raised next
 
     def readable(self) -> bool:
         return True
@@ -59,6 +60,9 @@ class Members(io.RawIOBase):
         while not self.pending:
             if self.error is not None:
                 raise self.error
+            if self.failed is not None:  # raised in its turn, after the bytes before it; not read again
+                failed, self.failed = self.failed, None
+                raise failed
             chunk = self.raw.read(self.STEP)
             if not chunk:
                 if self.in_member:
@@ -67,10 +71,30 @@ class Members(io.RawIOBase):
                 return 0
             self.pending = memoryview(self._feed(chunk))
             self.consumed += len(chunk)
-        n = min(len(buffer), len(self.pending))
-        buffer[:n] = self.pending[:n]
-        self.pending = self.pending[n:]
+        n = self._take(buffer, 0)
+        # Fill the caller's buffer (a megabyte at most) from further steps, so the buffered reader above sees a
+        # megabyte per read, not a few kilobytes: its readline, read1 and read loop less. Stopped by damage, the end
+        # of the input or a failed read, what it hands out is what single steps would have handed out before them;
+        # the next call meets the damage or the end again, or raises the failed read, as a single step does.
+        while n < min(len(buffer), BUFFER) and self.error is None:
+            try:
+                chunk = self.raw.read(self.STEP)
+            except Exception as err:  # noqa: BLE001 - raised by the next call, after these bytes
+                self.failed = err  # not retried: a failed read may have moved the file's position
+                break
+            if not chunk:
+                break
+            self.pending = memoryview(self._feed(chunk))
+            self.consumed += len(chunk)
+            n = self._take(buffer, n)
         return n
+
+    def _take(self, buffer, n: int) -> int:
+        """Copy pending bytes into `buffer` from `n` on; the new fill."""
+        k = min(len(buffer) - n, len(self.pending))
+        buffer[n:n + k] = self.pending[:k]
+        self.pending = self.pending[k:]
+        return n + k
 
     def _feed(self, data: bytes) -> bytes:
         out = []

@@ -17,6 +17,8 @@ from tokenmill.sources.reader import Reader, Record
 GONE = {"[deleted]": "deleted_content", "[removed]": "removed_content"}
 META_FIELDS = ("author", "score", "created_utc", "retrieved_on", "edited", "link_id", "parent_id", "permalink",
                "url", "domain", "num_comments", "is_self", "over_18", "controversiality", "gilded")
+TIME_FIELDS = ("created_utc", "retrieved_on")
+"""META_FIELDS made integer seconds (`_seconds`)."""
 
 
 def _seconds(value: Any) -> Any:
@@ -53,7 +55,10 @@ def reddit_record(obj: Any, index: int, source, where: str) -> Record:
             return Record(index, "", drop="missing_id", message=f"{where}: no field {source.id_field!r}")
     else:
         doc_id = obj.get("name") or (prefix + str(obj["id"]) if obj.get("id") else None)
-    meta = {k: (_seconds(obj[k]) if k in ("created_utc", "retrieved_on") else obj[k]) for k in META_FIELDS if k in obj}
+    meta = {k: obj[k] for k in META_FIELDS if k in obj}
+    for k in TIME_FIELDS:  # in place: the keys keep META_FIELDS' order
+        if k in meta:
+            meta[k] = _seconds(meta[k])
     meta["kind"] = kind
     subset = obj.get("subreddit")
     subset = None if subset is None else str(subset)

@@ -77,6 +77,11 @@ _HASHES = {"sha1": "sha1", "sha-1": "sha1", "sha256": "sha256", "sha-256": "sha2
            "sha-512": "sha512", "md5": "md5"}
 
 
+_SHA1_BASE32 = re.compile(r"[A-Z2-7]{32}\Z")
+_BASE32_TO_INT = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789abcdefghijklmnopqrstuv")
+"""RFC 4648's base32 alphabet as the digits of `int(text, 32)`, in the same order of value."""
+
+
 def _digest_check(value: Optional[str]):
     """(hasher, expected raw digest) for a `WARC-Block-Digest` we can verify, else None (absent, unknown algorithm)."""
     if not value:
@@ -87,6 +92,9 @@ def _digest_check(value: Optional[str]):
         return None
     hasher = hashlib.new(name)
     encoded = encoded.strip()
+    if name == "sha1" and _SHA1_BASE32.match(encoded.upper()):  # what Common Crawl and wget write on every record
+        # 32 base32 digits are 160 bits, no padding: read as one number, they are the bytes b32decode would give.
+        return hasher, int(encoded.upper().translate(_BASE32_TO_INT), 32).to_bytes(20, "big")
     for decode in (lambda e: base64.b32decode(e.upper() + "=" * (-len(e) % 8)), bytes.fromhex,
                    lambda e: base64.b64decode(e, validate=True)):
         try:
@@ -133,27 +141,68 @@ class Body:
 
 
 class _Parser:
+    """Headers and bodies of one stream. It keeps its own buffer of what the stream has ready (`read1`), so a header
+    block is found and parsed in place (`_buffered_fields`), not read a line at a time. Every read still hands out or
+    raises what the stream's own `readline` and `read` would: damage is met at the same byte and named the same."""
+
     def __init__(self, stream: BinaryIO):
         self.stream = stream
         self.offset = 0  # bytes consumed so far
         self.record_offset = 0
+        self._buf = b""  # bytes taken from the stream, not yet consumed: self._buf[self._pos:]
+        self._pos = 0
+        self._read1 = getattr(stream, "read1", stream.read)
 
     def damage(self, message: str) -> WarcDamage:
         return WarcDamage(self.record_offset, message)
 
+    def _more(self) -> bool:
+        """The stream's next bytes (what one read of it gives) added to the buffer; False at its end."""
+        data = self._read1(CHUNK)
+        if not data:
+            return False
+        self._buf = self._buf[self._pos:] + data
+        self._pos = 0
+        return True
+
     def readline(self, limit: int) -> bytes:
+        """Up to and including the next b"\n", at most `limit` bytes, or what is left at the end: `readline(limit)`."""
         try:
-            line = self.stream.readline(limit)
+            while True:
+                end = self._buf.find(b"\n", self._pos, self._pos + limit)
+                if end != -1:
+                    end += 1
+                    break
+                if len(self._buf) - self._pos >= limit:
+                    end = self._pos + limit
+                    break
+                if not self._more():
+                    end = len(self._buf)
+                    break
         except DECOMPRESSION_ERRORS as err:
             raise self.damage(f"damaged stream after byte {self.offset}: {err}") from None
+        line = self._buf[self._pos:end]
+        self._pos = end
         self.offset += len(line)
         return line
+
+    def _read(self, size: int) -> bytes:
+        """`size` bytes, fewer only at the end of the stream: the buffered ones, then the stream's `read`."""
+        ready = len(self._buf) - self._pos
+        if ready >= size:
+            data = self._buf[self._pos:self._pos + size]
+            self._pos += size
+            return data
+        head = self._buf[self._pos:]
+        self._buf, self._pos = b"", 0
+        rest = self.stream.read(size - ready)  # raises as a read of all `size` would: damage ends the parse
+        return head + rest if head else rest
 
     def read_exact(self, size: int, body: Body) -> bytes:
         parts, got = [], 0
         while got < size:
             try:
-                data = self.stream.read(size - got)
+                data = self._read(size - got)
             except DECOMPRESSION_ERRORS as err:
                 raise self.damage(f"damaged stream after byte {self.offset + got}: {err}") from None
             if not data:
@@ -177,8 +226,57 @@ class _Parser:
         match = _VERSION.match(line)
         if match is None:
             raise self.damage(f"no WARC record here: the line is {line[:60]!r}")
+        fields = self._buffered_fields()
+        if fields is None:
+            fields = self._read_fields(len(line))
+        raw_length = fields.get("content-length")
+        if raw_length is None or not raw_length.isdigit():
+            raise self.damage(f"no valid Content-Length ({raw_length!r})")
+        return WarcHeader(self.record_offset, match.group(1).decode("ascii"), fields, int(raw_length))
+
+    def _buffered_fields(self) -> Optional[dict[str, str]]:
+        """The header's fields parsed at once from the buffer, and consumed, when the whole block is there and every
+        line is plain; else None with nothing consumed, and `_read_fields` reads it line by line (and raises whatever
+        damage it holds)."""
+        buf, start = self._buf, self._pos
+        if buf.startswith((b"\n", b"\r\n"), start):
+            return None  # no field at all: rare, left to the line-by-line read
+        # The first blank line: a b"\n\n" only counts before the first b"\n\r\n", and a small window first, so that
+        # neither search runs on through the body (Common Crawl's headers are under 2 KB).
+        for stop in (start + 4096, start + MAX_LINE):
+            crlf = buf.find(b"\n\r\n", start, stop)
+            lf = buf.find(b"\n\n", start, stop if crlf == -1 else crlf + 1)
+            if crlf != -1 or lf != -1:
+                break
+        else:
+            return None  # the block runs past the buffer (or is too long): the line-by-line read
+        end = (lf if lf != -1 else crlf) + 1  # the block's lines, each with its b"\n"; the blank line follows
+        blank = 1 if buf[end:end + 1] == b"\n" else 2
+        if end + blank - start >= MAX_LINE:  # every line and the header well under the limits `_read_fields` checks
+            return None
         fields: dict[str, str] = {}
-        size, last = len(line), None
+        last = None
+        # UTF-8 decoding never joins bytes across a b"\n", so the block decodes as its lines one by one would.
+        for text in buf[start:end].decode("utf-8", "replace").split("\n")[:-1]:
+            text = text.rstrip("\r\n")
+            if not text:
+                return None  # a line of b"\r"s: left to the line-by-line read, as it always was
+            if text[0] in " \t" and last is not None:  # a folded continuation line
+                fields[last] += " " + text.strip()
+                continue
+            name, colon, value = text.partition(":")
+            if not colon or not name.strip():
+                return None  # damage: the line-by-line read names it
+            last = name.strip().lower()
+            fields.setdefault(last, value.strip())
+        self._pos = end + blank
+        self.offset += end + blank - start
+        return fields
+
+    def _read_fields(self, size: int) -> dict[str, str]:
+        """The header's fields, a line at a time after its version line (`size` bytes); raises WarcDamage."""
+        fields: dict[str, str] = {}
+        last = None
         while True:
             line = self.readline(MAX_LINE)
             size += len(line)
@@ -199,10 +297,7 @@ class _Parser:
                 raise self.damage(f"a WARC header line without a field name: {line[:60]!r}")
             last = name.strip().lower()
             fields.setdefault(last, value.strip())
-        raw_length = fields.get("content-length")
-        if raw_length is None or not raw_length.isdigit():
-            raise self.damage(f"no valid Content-Length ({raw_length!r})")
-        return WarcHeader(self.record_offset, match.group(1).decode("ascii"), fields, int(raw_length))
+        return fields
 
 
 def iter_warc_records(stream: BinaryIO, verify_digests: bool = True) -> Iterator[tuple[WarcHeader, Body]]:
