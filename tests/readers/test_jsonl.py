@@ -85,6 +85,29 @@ def test_each_bad_line_is_named(tmp_path):
     assert records[-1].text == "no newline"
 
 
+def test_a_lone_surrogate_escape_is_a_named_drop_not_a_failed_file(tmp_path):
+    # json decodes "\\ud800" alone into a str no UTF-8 writer takes: the ingest task of the whole file failed at
+    # its first encode. A pair is one character; an escaped backslash before "ud800" is plain text.
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(
+        b'{"id": "a", "text": "fine"}\n'
+        b'{"id": "b", "text": "lone \\ud800 high"}\n'
+        b'{"id": "c", "text": "pair \\ud83d\\ude00 ok"}\n'
+        b'{"id": "d", "text": "in meta", "author": "\\uDC00x"}\n'
+        b'{"id": "e", "text": "a backslash then \\\\ud800 is text"}\n'
+    )
+    records = read(path)
+    assert [(r.id, r.drop) for r in records] == [
+        ("a", None), (None, "decode_error"), ("c", None), (None, "decode_error"), ("e", None)]
+    assert records[1].message == ("s:f.jsonl:2: a \\u escape of a lone surrogate (U+D800-U+DFFF without its pair): "
+                                  "not Unicode text")
+    assert records[3].message.startswith("s:f.jsonl:4: ")
+    assert records[2].text == "pair \U0001F600 ok"
+    assert records[4].text == "a backslash then \\ud800 is text"
+    for r in records:  # every record, kept or dropped, can be written
+        (r.text + repr(r.meta)).encode("utf-8")
+
+
 def test_record_too_large_line_is_skipped_without_holding_it(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_bytes(lines(2) + json.dumps({"id": "big", "text": "x" * 50_000}).encode() + b"\n" + lines(1))

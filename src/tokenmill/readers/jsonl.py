@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Iterator, Union
 
 from tokenmill.readers.base import PREVIEW_CHARS, decode, open_source, record_from_object
@@ -25,6 +26,22 @@ def _finite_float(text: str) -> Any:
     # number's text instead, as a string.
     value = float(text)
     return value if math.isfinite(value) else text
+
+
+# A \u escape of a surrogate (U+D800-U+DFFF): json decodes a lone one into a str that no UTF-8 writer takes.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(text: str, value: Any) -> bool:
+    """Whether the parsed `value` of line `text` holds a lone surrogate (a pair decodes to one character); the
+    regex spares the check to lines with no surrogate escape, nearly all."""
+    if "\\u" not in text or _SURROGATE_ESCAPE.search(text) is None:
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 # One decoder for every line: json.loads with options builds a new one per call.
@@ -52,6 +69,10 @@ def iter_json_lines(path: str, source, display: str) -> Iterator[Union[Record, t
                 value = _DECODER.decode(text)
             except (ValueError, RecursionError) as err:
                 yield Record(index, text[:PREVIEW_CHARS], drop="bad_json", message=f"{where}: invalid JSON: {err}")
+                continue
+            if _lone_surrogate(text, value):  # else the whole file's task would fail at the first UTF-8 encode
+                yield Record(index, text[:PREVIEW_CHARS], drop="decode_error", message=f"{where}: a \\u escape of a "
+                             "lone surrogate (U+D800-U+DFFF without its pair): not Unicode text")
                 continue
             yield index, where, value
 
