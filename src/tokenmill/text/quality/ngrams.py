@@ -71,8 +71,11 @@ class Units:
 
 
 def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort `keys`: (order, start of each run of equal keys in sorted order, run lengths)."""
-    order = np.argsort(keys)
+    """Sort `keys` stably: (order, start of each run of equal keys in sorted order, run lengths); within a run, the
+    keys' order (`_top_ngram` takes a run's first member as its first occurrence)."""
+    # Timsort: the keys come in document order, their top bits the document, so it merges presorted stretches;
+    # 1.7-2.3x faster here than the default introsort, whose runs hold the same members.
+    order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
     return order, starts, np.diff(np.append(starts, len(keys)))
@@ -83,8 +86,8 @@ def _top_ngram(units: Units, pos: np.ndarray, order: np.ndarray, starts: np.ndar
     """Characters of each document's most frequent n-gram times its count (ties: the one seen first, as datatrove's
     `Counter.most_common`); 0 where a document has no n-gram.
 
-    `pos` holds at least every occurrence of every n-gram that occurs twice, sorted by key into runs (`_runs`). A
-    document with no such n-gram has all its n-grams once: its first one wins, once.
+    `pos` holds at least every occurrence of every n-gram that occurs twice, in ascending order, sorted by key into
+    runs (`_runs`). A document with no such n-gram has all its n-grams once: its first one wins, once.
     """
     out = np.zeros(len(units.count))
     whole = np.flatnonzero(units.count >= n)
@@ -93,7 +96,9 @@ def _top_ngram(units: Units, pos: np.ndarray, order: np.ndarray, starts: np.ndar
     many = counts > 1
     if not many.any():
         return out
-    first = np.minimum.reduceat(pos[order], starts)[many]  # each repeated n-gram's first occurrence
+    # Each repeated n-gram's first occurrence: its run's first member, as `pos` ascends and `_runs` sorts stably
+    # (no minimum over every run needed).
+    first = pos[order[starts[many]]]
     counts = counts[many]
     run_doc = units.doc[first]  # runs are sorted by key, whose top bits are the document
     doc_starts = np.flatnonzero(np.concatenate(([True], run_doc[1:] != run_doc[:-1])))
