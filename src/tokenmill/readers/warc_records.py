@@ -261,14 +261,9 @@ class _Parser:
             text = text.rstrip("\r\n")
             if not text:
                 return None  # a line of b"\r"s: left to the line-by-line read, as it always was
-            if text[0] in " \t" and last is not None:  # a folded continuation line
-                fields[last] += " " + text.strip()
-                continue
-            name, colon, value = text.partition(":")
-            if not colon or not name.strip():
+            last = _add_field(fields, last, text)
+            if last is None:
                 return None  # damage: the line-by-line read names it
-            last = name.strip().lower()
-            fields.setdefault(last, value.strip())
         self._pos = end + blank
         self.offset += end + blank - start
         return fields
@@ -288,16 +283,24 @@ class _Parser:
                 raise self.damage(f"a WARC header of more than {MAX_HEADER_BYTES} bytes")
             if line in (b"\r\n", b"\n"):
                 break
-            text = line.decode("utf-8", "replace").rstrip("\r\n")
-            if text[0] in " \t" and last is not None:  # a folded continuation line
-                fields[last] += " " + text.strip()
-                continue
-            name, colon, value = text.partition(":")
-            if not colon or not name.strip():
+            last = _add_field(fields, last, line.decode("utf-8", "replace").rstrip("\r\n"))
+            if last is None:
                 raise self.damage(f"a WARC header line without a field name: {line[:60]!r}")
-            last = name.strip().lower()
-            fields.setdefault(last, value.strip())
         return fields
+
+
+def _add_field(fields: dict[str, str], last: Optional[str], text: str) -> Optional[str]:
+    """One header line (`text`, without its line break) into `fields`: a folded continuation of field `last`, or
+    `name: value` (a repeated name keeps its first value); the field's name, or None for a line without one."""
+    if text[0] in " \t" and last is not None:  # a folded continuation line
+        fields[last] += " " + text.strip()
+        return last
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip():
+        return None
+    last = name.strip().lower()
+    fields.setdefault(last, value.strip())
+    return last
 
 
 def iter_warc_records(stream: BinaryIO, verify_digests: bool = True) -> Iterator[tuple[WarcHeader, Body]]:
