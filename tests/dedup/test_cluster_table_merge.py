@@ -6,10 +6,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.dedup.decisions import CLUSTERS_SCHEMA, merge_runs
+from tokenmill.dedup.decisions import CLUSTERS_SCHEMA
 from tokenmill.documents import parquet_bytes
 from tokenmill.stages.dedup import stage as dedup_stage
-from tokenmill.stages.dedup.stage import MERGE_ROWS, _clusters_bytes, merge_batch_rows
+from tokenmill.stages.dedup.stage import MERGE_ROWS, merge_batch_rows, merged_clusters_bytes
 
 
 def _run_file(path, rng, comps):
@@ -33,11 +33,6 @@ def _run_file(path, rng, comps):
     return table
 
 
-def _merged_bytes(files, batch):
-    runs = [(pa.Table.from_batches([b]) for b in pq.ParquetFile(f).iter_batches(batch)) for f in files]
-    return _clusters_bytes(t.drop_columns(["comp"]) for t in merge_runs(runs, "comp"))
-
-
 def test_batch_rows_share_one_budget_with_a_floor():
     assert merge_batch_rows(1) == MERGE_ROWS
     assert merge_batch_rows(64) == MERGE_ROWS // 64  # 8,192: the 10 GB web-like run's 64 clusters files
@@ -57,7 +52,7 @@ def test_the_same_clusters_parquet_whatever_the_batches(tmp_path, monkeypatch):
         path = tmp_path / f"p{i:04d}.parquet"
         tables.append(_run_file(path, rng, part))
         files.append(str(path))
-    outputs = {batch: _merged_bytes(files, batch) for batch in (1, 7, 1024, merge_batch_rows(len(files)), 1 << 16)}
+    outputs = {batch: merged_clusters_bytes(files, batch) for batch in (1, 7, 1024, merge_batch_rows(len(files)), 1 << 16)}
     assert len(set(outputs.values())) == 1
     got = pq.read_table(pa.BufferReader(outputs[1024]))
     assert got.schema == CLUSTERS_SCHEMA
@@ -68,4 +63,4 @@ def test_the_same_clusters_parquet_whatever_the_batches(tmp_path, monkeypatch):
     expected = whole.take(order).drop_columns(["comp"]).cast(CLUSTERS_SCHEMA)
     assert got.equals(expected)
     monkeypatch.setattr(dedup_stage, "CLUSTERS_ROW_GROUP", 1 << 20)
-    assert _merged_bytes(files, 64) == parquet_bytes(expected)  # a table written whole: the same file
+    assert merged_clusters_bytes(files, 64) == parquet_bytes(expected)  # a table written whole: the same file

@@ -92,9 +92,10 @@ def _digest_check(value: Optional[str]):
         return None
     hasher = hashlib.new(name)
     encoded = encoded.strip()
-    if name == "sha1" and _SHA1_BASE32.match(encoded.upper()):  # what Common Crawl and wget write on every record
+    upper = encoded.upper()
+    if name == "sha1" and _SHA1_BASE32.match(upper):  # what Common Crawl and wget write on every record
         # 32 base32 digits are 160 bits, no padding: read as one number, they are the bytes b32decode would give.
-        return hasher, int(encoded.upper().translate(_BASE32_TO_INT), 32).to_bytes(20, "big")
+        return hasher, int(upper.translate(_BASE32_TO_INT), 32).to_bytes(20, "big")
     for decode in (lambda e: base64.b32decode(e.upper() + "=" * (-len(e) % 8)), bytes.fromhex,
                    lambda e: base64.b64decode(e, validate=True)):
         try:

@@ -483,7 +483,7 @@ CLUSTERS_ROW_GROUP = 1 << 20
 class ClusterTable(Phase):
     """One task: the clusters tasks' members merged into `clusters.parquet`, by (cluster, document) as one task
     over every edge wrote it: each file read a record batch at a time, the file written a row group at a time (the
-    task holds the compressed file and about one batch per clusters task, never the members)."""
+    task holds the compressed file, one row group and `MERGE_ROWS` rows over all the files, never the members)."""
 
     name = "cluster_table"
 
@@ -492,13 +492,9 @@ class ClusterTable(Phase):
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         files = storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/clusters"), ".parquet")
-        batch = merge_batch_rows(len(files))
         with contextlib.ExitStack() as stack:
-            runs = [(pa.Table.from_batches([b]) for b in
-                     pq.ParquetFile(stack.enter_context(ctx.fs.open_input_file(f))).iter_batches(batch))
-                    for f in files]
-            merged = (t.drop_columns(["comp"]) for t in merge_runs(runs, "comp"))
-            ctx.write("clusters.parquet", _clusters_bytes(merged))
+            opened = [stack.enter_context(ctx.fs.open_input_file(f)) for f in files]
+            ctx.write("clusters.parquet", merged_clusters_bytes(opened, merge_batch_rows(len(files))))
         return None
 
 
@@ -512,6 +508,13 @@ clusters tasks grow. Batch sizes do not reach the output: `_clusters_bytes` cuts
 def merge_batch_rows(runs: int) -> int:
     """Rows per batch read from each of `runs` files by the cluster_table merge (at least 1,024)."""
     return max(1 << 10, MERGE_ROWS // max(1, runs))
+
+
+def merged_clusters_bytes(sources: list, batch: int) -> bytes:
+    """`clusters.parquet` from the clusters tasks' files (open files or paths, each sorted by `comp`), merged by
+    component and read `batch` rows per file at a time."""
+    runs = [(pa.Table.from_batches([b]) for b in pq.ParquetFile(source).iter_batches(batch)) for source in sources]
+    return _clusters_bytes(t.drop_columns(["comp"]) for t in merge_runs(runs, "comp"))
 
 
 def _clusters_bytes(tables: Iterator[pa.Table]) -> bytes:
