@@ -6,8 +6,11 @@ files in the tokenize stage's layout):
 1. **Throughput**: opt-1.3b and llama-1b (or the models named) at seq 2048, bf16 (`dtype: auto`), dropout on, eager and
    with `compile: true`: the median step time of the steady steps, tokens/s, MFU from the model's
    `flops_per_token` and the device's peak, peak memory.
-2. **Exact resume**: opt-125m, bf16, killed (SIGKILL) after its first checkpoint and rerun: the losses against an
-   uninterrupted run's, bit for bit; and two uninterrupted runs against each other (the kernels' own determinism).
+   Each model also compiled with `deterministic: false` (the fastest kernels): what bit-identical reruns cost.
+2. **Exact resume**: opt-125m and llama-125m (or the models named), bf16, killed (SIGKILL) after its first checkpoint and rerun: the
+   losses against an uninterrupted run's, bit for bit; and two uninterrupted runs against each other (the
+   kernels' own determinism, `deterministic: true` by default). PyTorch's warnings of operations without a
+   deterministic kernel are listed (`determinism_warnings`).
 3. **NCCL and FSDP2**: with two or more GPUs, the same kill and resume on two ranks (`--nproc 2`, NCCL); with one,
    said so (two ranks on one GPU are refused by NCCL).
 4. **The loader keeps the GPU fed**: seconds per micro-batch of the loader (0 and 2 workers) against the GPU's
@@ -16,7 +19,8 @@ files in the tokenize stage's layout):
 Without a CUDA device it says so and exits 0. Each part has its own time limit and its result is written as it ends,
 so a part that fails or hangs still leaves the others'.
 
-    python benchmarks/gpu_check.py [--out bench/gpu] [--models opt-1.3b,llama-1b] [--steps 10] [--parts throughput,resume,nccl,loader]
+    python benchmarks/gpu_check.py [--out bench/gpu] [--models opt-1.3b,llama-1b] [--steps 10]
+        [--parts throughput,resume,nccl,loader] [--resume-model opt-125m,llama-125m]
 """
 
 from __future__ import annotations
@@ -102,9 +106,12 @@ def _tail(path: Path, lines: int = 15) -> str:
 def throughput(tokens: Path, work: Path, models: list[str], steps: int) -> dict:
     out = {}
     for model in models:
-        for compiled in (False, True):
-            name = f"{model}{' compile' if compiled else ''}"
-            cfg = _config(tokens, work / name.replace(" ", "-"), model=model, steps=steps, compile=compiled)
+        # As a user runs it (deterministic kernels, the default), then compiled, then compiled with the fastest
+        # kernels (`deterministic: false`): what bit-identical reruns cost.
+        for compiled, deterministic in ((False, True), (True, True), (True, False)):
+            name = f"{model}{' compile' if compiled else ''}{'' if deterministic else ' nondeterministic'}"
+            cfg = _config(tokens, work / name.replace(" ", "-"), model=model, steps=steps, compile=compiled,
+                          deterministic=deterministic)
             # Stopped once the last step is logged: its final checkpoint (16 GB for opt-1.3b) is not what is measured
             code, tail, rows = _train(cfg, work / "logs", timeout=300, kill_at=steps)
             code = 0 if code == -9 and len(rows) == steps else code
@@ -136,25 +143,34 @@ def resume(tokens: Path, work: Path, model: str, nproc: int = 1) -> dict:
     base = dict(model=model, steps=10, checkpoint_every=4, keep_checkpoints=3)
     runs = {}
     for name in ("a", "b"):
-        code, tail, rows = _train(_config(tokens, work / f"resume{nproc}-{name}", **base), work / "logs",
+        code, tail, rows = _train(_config(tokens, work / f"resume{nproc}-{model}-{name}", **base), work / "logs",
                                   timeout=240, nproc=nproc)
         runs[name] = (code, tail, _losses(rows))
-    killed = _config(tokens, work / f"resume{nproc}-killed", **base)
+    killed = _config(tokens, work / f"resume{nproc}-{model}-killed", **base)
     first = _train(killed, work / "logs", timeout=240, nproc=nproc, kill_at=6)
     second = _train(killed, work / "logs", timeout=240, nproc=nproc)
     a, b, resumed = runs["a"][2], runs["b"][2], _losses(second[2])
     diff = {s: abs(a[s] - resumed[s]) for s in a if s in resumed}
     out = {"nproc": nproc, "exits": [runs["a"][0], runs["b"][0], first[0], second[0]],
-           "steps": len(a), "repeat_equal": a == b and bool(a),
+           "steps": len(a), "repeat_equal": a == b and bool(a) and runs["a"][0] == runs["b"][0] == 0,
            "repeat_max_diff": max((abs(a[s] - b[s]) for s in a if s in b), default=None),
-           "resume_equal": a == resumed and bool(a), "resume_max_diff": max(diff.values(), default=None),
+           "resume_equal": a == resumed and bool(a) and runs["a"][0] == second[0] == 0, "resume_max_diff": max(diff.values(), default=None),
            "killed_at_step": max(_losses(first[2]), default=None)}
     for name, code, tail in (("a", runs["a"][0], runs["a"][1]), ("b", runs["b"][0], runs["b"][1]),
                              ("resumed", second[0], second[1])):
         if code != 0:
             out[f"error_{name}"] = tail
-    print(f"resume (nproc {nproc}): {out}", flush=True)
+    print(f"resume {model} (nproc {nproc}): {out}", flush=True)
     return out
+
+
+def determinism_warnings(log: Path) -> list[str]:
+    """PyTorch's warnings of operations with no deterministic kernel (`deterministic: true` warns, not stops), each
+    once, from the runs' log."""
+    if not log.exists():
+        return []
+    return sorted({line.strip()[:300] for line in log.read_text(errors="replace").splitlines()
+                   if "deterministic" in line and "Warning" in line})
 
 
 def loader_feed(tokens: Path, device: str) -> dict:
@@ -182,7 +198,7 @@ def main() -> int:
     parser.add_argument("--models", default="opt-1.3b,llama-1b")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--parts", default="throughput,resume,nccl,loader")
-    parser.add_argument("--resume-model", default="opt-125m")
+    parser.add_argument("--resume-model", default="opt-125m,llama-125m")
     parser.add_argument("--seq-len", type=int, default=SHAPE["seq_len"])
     parser.add_argument("--batch", type=int, default=SHAPE["global_batch_size"])
     parser.add_argument("--micro", type=int, default=SHAPE["micro_batch_size"])
@@ -203,8 +219,9 @@ def main() -> int:
         work = Path(tmp)
         tokens = write_tokens(work / "tokens", tokens=4_000_000, vocab=VOCAB)
         jobs = {"throughput": lambda: throughput(tokens, work, args.models.split(","), args.steps),
-                "resume": lambda: resume(tokens, work, args.resume_model),
-                "nccl": lambda: resume(tokens, work, args.resume_model, nproc=2) if torch.cuda.device_count() >= 2
+                "resume": lambda: {model: resume(tokens, work, model) for model in args.resume_model.split(",")},
+                "nccl": lambda: {model: resume(tokens, work, model, nproc=2) for model in args.resume_model.split(",")}
+                if torch.cuda.device_count() >= 2
                 else {"skipped": f"{torch.cuda.device_count()} GPU: NCCL refuses two ranks on one GPU"},
                 "loader": lambda: loader_feed(tokens, "cuda" if torch.cuda.is_available() else "cpu")}
         for part in parts:
@@ -214,6 +231,7 @@ def main() -> int:
             except Exception as err:  # noqa: BLE001 - one part's failure is its result; the others still run
                 report[part] = {"error": f"{type(err).__name__}: {err}"}
             report[part]["seconds"] = round(time.perf_counter() - t0, 1)
+            report["determinism_warnings"] = determinism_warnings(work / "logs" / "train.log")
             (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1))
             for log in (work / "logs").glob("*.log"):
                 (out_dir / "train.log").write_text(log.read_text(errors="replace")[-200_000:])

@@ -101,6 +101,10 @@ class TrainConfig(StrictModel):
     """Compute dtype: auto is bfloat16 (FSDP2 MixedPrecisionPolicy, fp32 reductions) on GPU, float32 on CPU."""
     compile: bool = False
     """torch.compile each block."""
+    deterministic: bool = True
+    """Deterministic GPU kernels (`tokenmill.train.determinism`): a rerun and a resume give bit-identical losses on a
+    GPU as on the CPU. false: the fastest kernels, whose atomics (cuDNN attention's backward) make two runs differ
+    in the last bits (2e-5 to 4e-5 in the loss by step 10 on an H200). No effect on the CPU."""
     peak_tflops: float | None = None
     """Peak dense TFLOP/s of one device for MFU; None picks it from the GPU name (A100 312, H100/H200 989)."""
     log_every: int = Field(default=1, gt=0)

@@ -15,7 +15,7 @@ from tokenmill.train.run import Run
 
 # Config keys a resumed run may change without changing what it computes.
 RESUMABLE_CHANGES = {"steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches",
-                     "log_every", "peak_tflops", "guard", "output", "compile", "allow_data_change",
+                     "log_every", "peak_tflops", "guard", "output", "compile", "deterministic", "allow_data_change",
                      "fingerprints", "watchdog", "faults"}
 
 

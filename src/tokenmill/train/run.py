@@ -16,6 +16,7 @@ from tokenmill.loader import DataError, TokenLoader
 from tokenmill.loader.loader import default_cache_dir
 from tokenmill.train.checkpoint import CheckpointManager, ModelOptimizerState
 from tokenmill.train.config import TrainConfig
+from tokenmill.train.determinism import set_determinism
 from tokenmill.train.disk import RunDisk
 from tokenmill.train.distributed import Distributed
 from tokenmill.train.errors import EveryRankError
@@ -90,6 +91,7 @@ class Run:
         self.d = d
         self.say = self.reporter if d.main else QuietReporter()
         self.out.mkdir(parents=True, exist_ok=True)
+        set_determinism(cfg.deterministic, d.device)  # before the first CUDA matrix product
         # Every file this rank writes between checkpoints goes through it: a full disk stops all ranks together.
         self.disk = RunDisk(d, self.previous)
         self.metrics = JsonLines(self.out / METRICS_JSONL, d.main, self.disk)

@@ -23,6 +23,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.loader.batches import parse_ranges
 from tokenmill.train.atomic import write_atomic
 from tokenmill.train.config import TrainConfig
+from tokenmill.train.determinism import explained
 from tokenmill.train.distributed import Distributed, setup
 from tokenmill.train.errors import DiskFullError, disk_full_message, full_errno
 from tokenmill.train.guard import Verdict
@@ -69,6 +70,12 @@ class Trainer:
         except TokenmillError as err:
             note_error(err, d.rank, d.world_size)  # rank 0 says an error every rank shares; the others stay quiet
             raise
+        except RuntimeError as err:
+            refused = explained(err)  # an operation with no deterministic kernel: name the option
+            if refused is None:
+                raise
+            note_error(refused, d.rank, d.world_size)
+            raise refused from err
         finally:
             run.close()
             d.close()
