@@ -21,7 +21,7 @@ from typing import Iterator
 import ijson
 
 from tokenmill.config_base import StrictModel
-from tokenmill.readers.base import json_safe, open_source, record_from_object
+from tokenmill.readers.base import PREVIEW_CHARS, json_safe, open_source, record_from_object
 from tokenmill.readers.compression import DECOMPRESSION_ERRORS
 from tokenmill.readers.jsonl import JSON_DROP_REASONS
 from tokenmill.sources.reader import Reader, Record
@@ -34,6 +34,14 @@ MAX_DEPTH = 512
 
 _STRUCTURE = re.compile(rb'["\[\]{}]')
 _STRING_BODY = re.compile(rb'(?:[^"\\]++|\\.)*+', re.DOTALL)
+# A surrogate's \u escape: a high one with a low one after it is a pair, one character; any other is lone, not Unicode
+# text. Found from the literal `\u`, which re's scan jumps to; whether its backslash is itself escaped is counted after.
+_SURROGATE = re.compile(rb'\\u[dD](?:[89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|[c-fC-F][0-9a-fA-F]{2})')
+_HIGH = re.compile(rb'\\u[dD][89abAB][0-9a-fA-F]{2}')
+LONE_MARK = "\uffff"
+"""What a lone surrogate's escape is rewritten to before ijson reads it (the noncharacter U+FFFF, an escape of the same
+six bytes): ijson's C backend otherwise turns a lone high surrogate into '?' silently, and a lone low one into an
+error that ends the file. A record holding it is then a `decode_error`, as a JSON line's is."""
 
 
 class _TooDeep(Exception):
@@ -61,6 +69,9 @@ class _Guard(io.RawIOBase):
         self.mark = 0  # offset at the last record handed out
         self.problem: Exception | None = None
         self.first: bytes = b""  # the first byte that is not whitespace
+        self.held = b""  # the end of the last read, whose escapes may go on in the next one
+        self.lone_surrogates = 0  # escapes rewritten to LONE_MARK so far
+        self.noncharacters = 0  # U+FFFF as the file wrote it (raw or escaped): a LONE_MARK may then be either
 
     def readable(self) -> bool:
         return True
@@ -74,9 +85,13 @@ class _Guard(io.RawIOBase):
             raise self.problem
         if self.offset - self.mark > self.max_gap:
             raise _TooLarge(self.max_gap - 2 * BUF, self.offset)
-        data = self.stream.read(BUF if size is None or size < 0 else size)
+        want = BUF if size is None or size < 0 else size
+        if want == 0:  # ijson reads 0 bytes first, to learn whether the stream gives bytes or text
+            return b""
+        data = self.stream.read(max(1, want - len(self.held)))
         if not self.first:
             self.first = data.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+        data = self._marked(data)
         cut = self._scan(data)
         if cut is not None:
             data = data[:cut]
@@ -87,6 +102,39 @@ class _Guard(io.RawIOBase):
         data = self.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)
+
+    def _marked(self, new: bytes) -> bytes:
+        """The bytes to hand out now, each lone surrogate's escape rewritten to LONE_MARK; an escape that may go on
+        in the next read (a backslash among the last 12 bytes, with its run of backslashes, or the low half of a
+        pair after it) waits for it."""
+        data, self.held = self.held + new, b""
+        if new:
+            cut = _safe_end(data)
+            if cut:  # 0: no safe place (a run of backslashes to the end): all of it now
+                data, self.held = data[:cut], data[cut:]
+        # U+FFFF as the file wrote it, for the drop's message alone (`uffff` may also be text after a literal
+        # backslash, or an escape of mixed case be missed: only the message's wording depends on it)
+        self.noncharacters += data.count(b"\xef\xbf\xbf") + data.count(b"uffff") + data.count(b"uFFFF")
+        return self._rewritten(data)
+
+    def _rewritten(self, data: bytes) -> bytes:
+        """`data` with each lone surrogate's escape (after an even run of backslashes: after an odd one the
+        backslash is literal text) rewritten to LONE_MARK, of the same length."""
+        parts, done, pos = [], 0, 0  # nearly every read has no surrogate escape: one search, no copy
+        while (m := _SURROGATE.search(data, pos)) is not None:
+            start = m.start()
+            run = start
+            while run > 0 and data[run - 1] == 0x5C:
+                run -= 1
+            if (start - run) % 2:  # `\\u...`: a literal backslash, then text; an escape may start just after
+                pos = start + 1
+                continue
+            if m.end() - start == 6:
+                parts += [data[done:start], LONE_MARK.encode("unicode_escape")]
+                done = m.end()
+                self.lone_surrogates += 1
+            pos = m.end()
+        return b"".join(parts) + data[done:] if parts else data
 
     def _scan(self, data: bytes) -> int | None:
         """Track depth through `data`; the offset of a bracket too deep (the read stops before it), else None."""
@@ -123,6 +171,33 @@ class _Guard(io.RawIOBase):
     def close(self) -> None:
         self.stream.close()
         super().close()
+
+
+def _safe_end(data: bytes) -> int:
+    """Where `data` may end so that no escape, pair of escapes or run of backslashes is cut: the start of the run of
+    backslashes holding the first backslash among its last 12 bytes (a pair is 12), moved before a high surrogate's
+    escape that ends there; len(data) when those bytes hold no backslash."""
+    k = data.find(b"\\", max(0, len(data) - 12))
+    if k < 0:
+        return len(data)
+    while k > 0 and data[k - 1] == 0x5C:
+        k -= 1
+    if k >= 6 and _HIGH.fullmatch(data, k - 6, k):  # the pair's low half starts at k
+        k -= 6
+        while k > 0 and data[k - 1] == 0x5C:
+            k -= 1
+    return k
+
+
+def _holds(value, ch: str) -> bool:
+    """Whether a parsed JSON value has `ch` in any string, key or value."""
+    if isinstance(value, str):
+        return ch in value
+    if isinstance(value, dict):
+        return any(ch in k or _holds(v, ch) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds(v, ch) for v in value)
+    return False
 
 
 class JsonOptions(StrictModel):
@@ -184,7 +259,12 @@ def read_json(path: str, source, display: str) -> Iterator[Record]:
             for value in ijson.items(stream, prefix, use_float=True, buf_size=BUF):
                 stream.record_done()
                 where = f"{display}: item {index}"
-                if isinstance(value, str):
+                if stream.lone_surrogates and _holds(value, LONE_MARK):
+                    also = " (or the noncharacter U+FFFF, which this file also has)" if stream.noncharacters else ""
+                    yield Record(index, str(value)[:PREVIEW_CHARS], drop="decode_error",
+                                 message=f"{where}: a \\u escape of a lone surrogate (U+D800-U+DFFF without its "
+                                         f"pair){also}: not Unicode text")
+                elif isinstance(value, str):
                     if len(value) > source.max_record_bytes:
                         yield Record(index, "", drop="record_too_large", message=f"{where}: more than {source.max_record_bytes} bytes")
                     elif not value.strip():

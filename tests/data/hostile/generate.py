@@ -254,6 +254,11 @@ def build(out: Path, full: bool, tiny: bool = False) -> Path:
              {"a.json": b'[{"text": "first [{ item"}, {"text": "x", "m": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]"},
              counted(1, {"read_error": 1}, ["deeply_nested_json:a.json: damaged after item 1: nesting deeper"]),
              memory=1500)
+    c.ingest("lone_surrogate_json", "json",
+             {"a.json": b'[{"text": "high \\ud800 alone"}, {"text": "pair \\ud83d\\ude00"}, {"text": "\\udc00 low"}, '
+                        b'{"text": "after"}]'},
+             counted(2, {"decode_error": 2}, ["lone_surrogate_json:a.json: item 0: a \\u escape of a lone surrogate",
+                                              "lone_surrogate_json:a.json: item 2: a \\u escape of a lone surrogate"]))
     c.ingest("json_not_an_array", "json", {"a.json": b'{"data": [{"text": "hidden"}]}'},
              counted(0, {"read_error": 1}, ["is not a JSON array"]))
     arr = json.dumps([{"text": f"item {i}"} for i in range(50)]).encode()
