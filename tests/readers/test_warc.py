@@ -267,6 +267,12 @@ def test_malformed_header_stops_the_file_after_the_good_records(tmp_path):
     recs[3] = b"GARBAGE\r\n" + recs[3]
     (tmp_path / "g.warc.wet").write_bytes(b"".join(recs))
     assert [r.drop for r in read(tmp_path / "g.warc.wet")] == [None, None, "read_error"]
+    # A header line of only b"\r"s (an IndexError once, its message Python's): the same named damage
+    recs[3] = recs[3].replace(b"GARBAGE\r\n", b"").replace(b"Content-Length ", b"\r\r\r\nContent-Length: ", 1)
+    (tmp_path / "r.warc.wet").write_bytes(b"".join(recs))
+    records = read(tmp_path / "r.warc.wet")
+    assert [r.drop for r in records] == [None, None, "read_error"]
+    assert "a WARC header line without a field name: b'\\r\\r\\r\\n'" in records[-1].message
 
 
 def test_record_over_max_record_bytes_is_skipped_in_bounded_memory(tmp_path):

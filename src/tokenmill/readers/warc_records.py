@@ -293,6 +293,8 @@ class _Parser:
 def _add_field(fields: dict[str, str], last: Optional[str], text: str) -> Optional[str]:
     """One header line (`text`, without its line break) into `fields`: a folded continuation of field `last`, or
     `name: value` (a repeated name keeps its first value); the field's name, or None for a line without one."""
+    if not text:  # a line of b"\r"s: no field, and not the blank line that ends the header
+        return None
     if text[0] in " \t" and last is not None:  # a folded continuation line
         fields[last] += " " + text.strip()
         return last
