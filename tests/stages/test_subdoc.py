@@ -215,3 +215,35 @@ def test_hostile_inputs_through_the_stage_lose_nothing(ray_cluster, tmp_path):
     # The source whose texts ingest dropped as empty reaches the stage as an empty shard, and leaves as one.
     shards = json.loads((out / "subdoc" / "manifest.json").read_text())["content"]["shards"]
     assert [(s["docs_in"], s["docs_out"]) for s in shards if s["source"] == "empty"] == [(0, 0)]
+
+
+def test_auto_partitions_grow_with_the_text_and_keep_16_for_small_runs():
+    from pydantic import ValidationError
+
+    from tokenmill.stages.subdoc import TEXT_BYTES_PER_PARTITION, SubdocConfig, partition_count
+
+    def shards(total: int, n: int = 4) -> list[dict]:
+        return [{"bytes_out": total // n}] * n
+
+    assert partition_count("auto", []) == partition_count("auto", shards(16 * TEXT_BYTES_PER_PARTITION)) == 16
+    assert partition_count("auto", shards(16 * TEXT_BYTES_PER_PARTITION + 4)) == 32
+    assert partition_count("auto", shards(10**14)) == 4096
+    assert partition_count(3, shards(10**14)) == 3
+    assert SubdocConfig().partitions == "auto"
+    for bad in (0, 4097, "many"):
+        with pytest.raises(ValidationError):
+            SubdocConfig(partitions=bad)
+
+
+@pytest.mark.parametrize("partitions", [1, "auto"])
+def test_the_output_is_the_same_whatever_the_partitions(subdoc_run, tmp_path, partitions):
+    """The partitions split the count work, not what is decided: shards, drops, removed/ and kept/ byte-identical
+    to the module's run over 3."""
+    out, _ = subdoc_run
+    config = yaml.safe_load(corpus(tmp_path).read_text())
+    config["stages"]["subdoc"]["partitions"] = partitions
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    run_into(tmp_path / "run.yaml", tmp_path / "o")
+    for folder in ("shards", "dropped", "removed", "kept"):
+        mine, theirs = tree(tmp_path / "o" / "subdoc" / folder), tree(out / "subdoc" / folder)
+        assert mine == theirs and mine, (partitions, folder)

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from tokenmill.config_base import StageConfig
 from tokenmill.documents import parquet_bytes
@@ -53,6 +53,29 @@ SPAN_CHARS = 1000
 a thousand pages would otherwise be written a thousand times whole."""
 
 
+MIN_PARTITIONS = 16
+"""`auto`'s least: the count every run used before `auto`, so that runs under 8 GiB of text keep their bytes."""
+MAX_PARTITIONS = 4096
+TEXT_BYTES_PER_PARTITION = 1 << 29
+"""`auto`'s most text (512 MiB) per count task. A count task holds its partition's (hash, document) rows, about
+one per line of text: 16 partitions over the 10 GB scale corpus (640 MB of text each) took a worker to 942 MB
+(docs/scale.md); every task of the count phase reads its row group of every shard's file, so more partitions than
+needed cost reads."""
+
+
+def partition_count(setting: int | str, input_shards: list[dict[str, Any]]) -> int:
+    """The config's `partitions`, or for `auto` 16 doubled until no partition holds more than
+    `TEXT_BYTES_PER_PARTITION` of the input's text (as its manifest lists it per shard, so a rerun over the same
+    input plans the same tasks and writes the same bytes)."""
+    if setting != "auto":
+        return int(setting)
+    total = sum(int(s.get("bytes_out", 0)) for s in input_shards)
+    count = MIN_PARTITIONS
+    while count < MAX_PARTITIONS and total > count * TEXT_BYTES_PER_PARTITION:
+        count *= 2
+    return count
+
+
 class SubdocConfig(StageConfig):
     """Spans repeated across more than `max_docs` documents, removed from all but the first."""
 
@@ -70,8 +93,17 @@ class SubdocConfig(StageConfig):
     `subdoc_too_short`; a document that lost nothing is never dropped here."""
     code: Literal["keep", "dedup"] = "keep"
     """Code documents (by content, `escapes.content_kind`): `keep` every line; `dedup` as any other document."""
-    partitions: int = Field(default=16, ge=1, le=4096)
-    """Hash partitions: one count task each; more partitions, less memory per task."""
+    partitions: int | Literal["auto"] = "auto"
+    """Hash partitions: one count task each; more partitions, less memory per task. `auto` (default): 16, doubled
+    until each holds at most `TEXT_BYTES_PER_PARTITION` of the input's text (`partition_count`), so that a count
+    task's memory stays flat as the corpus grows."""
+
+    @field_validator("partitions")
+    @classmethod
+    def _bounded(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_PARTITIONS:
+            raise ValueError(f"partitions must be `auto` or 1 to {MAX_PARTITIONS}, got {value}")
+        return value
 
 
 _W = r"[0-9A-Za-z_\x{80}-\x{10FFFF}]"  # Python's Unicode `\w`, or more: every character past ASCII
@@ -193,8 +225,9 @@ class Spans(Phase):
 
     def plan(self, stage: "SubdocStage", ctx: PlanContext) -> list[Task]:
         order = _stable_order(ctx.input_shards)
+        partitions = partition_count(stage.config.partitions, ctx.input_shards)
         return [Task(key=shard_name(ctx.input_shards[i]["path"]), inputs=(ctx.input_shards[i]["path"],),
-                     params={"index": rank}) for rank, i in enumerate(order)]
+                     params={"index": rank, "partitions": partitions}) for rank, i in enumerate(order)]
 
     def run(self, stage: "SubdocStage", task: Task, ctx: TaskContext) -> Any:
         path = storage.join(ctx.input_dir, task.inputs[0])
@@ -203,7 +236,7 @@ class Spans(Phase):
         found = doc_spans(texts, stage.config.unit, stage.config.min_chars, skip)
         docs = (np.uint64(task.params["index"]) << np.uint64(32)) | found.row.astype(np.uint64)
         table = pa.table({"hash": pa.array(found.hash, pa.uint64()), "doc": pa.array(docs, pa.uint64())})
-        data, groups = _grouped_bytes(table, (found.hash % np.uint64(stage.config.partitions)).astype(np.int64))
+        data, groups = _grouped_bytes(table, (found.hash % np.uint64(task.params["partitions"])).astype(np.int64))
         ctx.write(f"_work/spans/{task.key}.parquet", data)
         return {"docs": len(texts), "span_rows": int(found.hash.size), "code_docs": int(sum(skip or [])),
                 "groups": groups}
@@ -219,7 +252,8 @@ class Count(Phase):
 
     def plan(self, stage: "SubdocStage", ctx: PlanContext) -> list[Task]:
         where = ctx.shared["spans"]["partitions"]
-        return [Task(key=f"p{p:04d}", params={"refs": where.get(str(p), [])}) for p in range(stage.config.partitions)]
+        return [Task(key=f"p{p:04d}", params={"refs": where.get(str(p), [])})
+                for p in range(partition_count(stage.config.partitions, ctx.input_shards))]
 
     def run(self, stage: "SubdocStage", task: Task, ctx: TaskContext) -> Any:
         rows = _read_groups(ctx, task.params["refs"], "_work/spans", ["hash", "doc"])
