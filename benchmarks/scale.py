@@ -113,8 +113,9 @@ def projection(stages: dict, gb_in: float, args) -> dict:
         total += hours
     out["total_hours"] = round(total, 2)
     out["assumes"] = (f"{args.nodes} nodes x {args.cores_per_node} cores at this machine's per-core speed, linear "
-                      "scaling across nodes (every stage is embarrassingly parallel but dedup's cluster phase, "
-                      "one task here), storage fast enough not to limit")
+                      "scaling across nodes (every stage's tasks are partitioned, dedup's components and groups "
+                      "in rounds; the one single task left, dedup's cluster_table, merges sorted files in bounded "
+                      "memory), storage fast enough not to limit")
     return out
 
 

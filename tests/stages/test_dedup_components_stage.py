@@ -93,18 +93,25 @@ def test_a_chain_takes_rounds_and_comes_out_as_one_pass_decides(ray_cluster, cha
                                                 ("r000-p0003", "written", 2), ("r000-p0001", "after_record", 0)])
 def test_a_worker_killed_mid_round_then_rerun_gives_the_same_files(ray_cluster, chain, tmp_path, monkeypatch,
                                                                      task, point, retries):
+    killed_then_rerun(chain, tmp_path, monkeypatch, "components", task, point, retries)
+
+
+def killed_then_rerun(run_yaml: Path, tmp_path: Path, monkeypatch, phase: str, task: str, point: str,
+                      retries: int) -> None:
+    """The dedup stage of `run_yaml` with a worker killed in `phase`'s `task` at `point`: finished by Ray's retry
+    (`retries` 2), or failed naming the task and rerun (0); every file of the stage as an uninterrupted run's."""
     reference = tmp_path / "reference"
-    run_into(chain, reference)
-    assert (reference / "dedup" / "_work" / "commits" / "components" / f"{task}.json").exists()
+    run_into(run_yaml, reference)
+    assert (reference / "dedup" / "_work" / "commits" / phase / f"{task}.json").exists()
     plan, marker, log = tmp_path / "faults.json", tmp_path / "killed", tmp_path / "injected.jsonl"
-    plan.write_text(json.dumps({"kill_worker": {"stage": "dedup", "phase": "components", "task": task, "point": point,
+    plan.write_text(json.dumps({"kill_worker": {"stage": "dedup", "phase": phase, "task": task, "point": point,
                                                 "once": str(marker)}, "log": str(log)}))
     monkeypatch.setenv(faults.ENV, str(plan))
     out = tmp_path / "out"
     from tokenmill.pipeline.config import load_config
     from tokenmill.pipeline.runner import run_pipeline
 
-    config = load_config(chain).model_copy(update={"output": str(out)})
+    config = load_config(run_yaml).model_copy(update={"output": str(out)})
     config = config.model_copy(update={"execution": config.execution.model_copy(update={"max_retries": retries})})
     if retries:
         run_pipeline(config)

@@ -1,10 +1,11 @@
-"""The dedup stage in ten phases, each a set of tasks with bounded memory; no task holds the corpus.
+"""The dedup stage in eleven phases, each a set of tasks with bounded memory; no task holds the corpus.
 
 (a) `signatures`, per shard: normalized-text hash, shingles, MinHash, band keys; band keys and exact hashes are
     written partitioned by key, and per document its length; no text, no shingles. (b) `buckets`, per partition:
-    equal keys make candidate pairs (exact pairs apart); a bucket over the cap goes whole to (c). (c) `groups`, one
-    task over the members of over-cap buckets only: buckets that share a document, in any band, make one group,
-    so that a cluster found in every band is verified once, not once per band. (d) `verify`, per partition: exact
+    equal keys make candidate pairs (exact pairs apart); a bucket over the cap goes whole to (c). (c)
+    `group_components`, in rounds as (e), and `groups`, per partition, over the members of over-cap buckets only:
+    buckets that share a document, in any band, make one group, so that a cluster found in every band is
+    verified once, not once per band; each group routed to one verify task. (d) `verify`, per partition: exact
     Jaccard of the shingle sets, recomputed from the text of only the documents its pairs and groups name, read
     back from the input shards (each once, only those rows' row groups); leader clustering inside each group.
     (e) `components`, per partition, in rounds until stable (`tokenmill.dedup.distributed_components`): each
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.dedup.bands import band_tables, bucket_pairs
-from tokenmill.dedup.clusters import over_cap_groups, ranked
+from tokenmill.dedup.clusters import ranked
 from tokenmill.dedup.components import EDGES_PER_BATCH, component_edges, component_index, read_scattered, scatter_edges
 from tokenmill.dedup.decisions import CLUSTERS_SCHEMA, Decisions, decide, merge_runs, merge_summaries, rank
 from tokenmill.dedup.distributed_components import MAX_ROUNDS, ROWS_PER_TASK, SplitWriter, adjacency, contract, \
@@ -141,37 +142,6 @@ class Buckets(Phase):
         return found.counts
 
 
-class Groups(Phase):
-    """One task: the over-cap buckets of every partition and band joined into groups by shared documents; each
-    group goes to one verify task (by a hash of its smallest document), written as `_work/groups/p####`."""
-
-    name = "groups"
-
-    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
-        return [Task(key="all")]
-
-    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        partitions = partition_count(ctx)
-        buckets, docs = [np.zeros(0, np.uint64)], [np.zeros(0, np.uint64)]
-        for p in range(partitions):
-            over = pq.read_table(storage.join(ctx.stage_dir, f"_work/over_cap/p{p:04d}.parquet"), filesystem=ctx.fs)
-            # A bucket index is dense within its partition: (partition, index) names it across partitions.
-            buckets.append((np.uint64(p) << np.uint64(32)) | over.column("bucket").to_numpy().astype(np.uint64))
-            docs.append(over.column("doc").to_numpy().astype(np.uint64, copy=False))
-        group, doc = over_cap_groups(np.concatenate(buckets), np.concatenate(docs))
-        # Spread groups over the verify tasks by a mixed hash of the group's smallest document (refs are shard, row).
-        target = route(group, partitions)
-        for p in range(partitions):
-            mine = target == p
-            g = group[mine]
-            dense = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1 if g.size else np.zeros(0, np.int64)
-            ctx.write(f"_work/groups/p{p:04d}.parquet", parquet_bytes(pa.table({
-                "bucket": pa.array(dense, pa.int64()),
-                "doc": pa.array(doc[mine], pa.uint64()),
-            })))
-        return {"groups": int(np.unique(group).size), "docs": int(doc.size)}
-
-
 class Verify(Phase):
     """Per partition: exact Jaccard of the candidate pairs; leader clustering inside each group of over-cap buckets."""
 
@@ -203,7 +173,7 @@ class Verify(Phase):
         return _sum_counts(results)
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
-        a, b, exact = _routed_pairs(ctx, int(task.key[1:]), partition_count(ctx))  # the key is p####
+        a, b, exact = _routed_pairs(ctx, _key_part(task), partition_count(ctx))
         edges, sims, counts = self._verified(stage, task, ctx, a, b, exact)  # the shingles are gone on return
         if counts["pairs_not_verified"]:
             log.warning("dedup verify %s: %d pairs of buckets over the cap were not verified "
@@ -217,9 +187,8 @@ class Verify(Phase):
         """The near pairs above the threshold and the groups' edges (lists of pair arrays and of their Jaccard),
         and the counts."""
         cfg: DedupConfig = stage.config
-        over = pq.read_table(storage.join(ctx.stage_dir, f"_work/groups/{task.key}.parquet"), filesystem=ctx.fs)
         near = np.stack([a[~exact], b[~exact]], axis=1) if len(a) else np.zeros((0, 2), np.uint64)
-        over_bucket, over_doc = over.column("bucket").to_numpy(), over.column("doc").to_numpy()
+        over_bucket, over_doc = _routed_groups(ctx, _key_part(task), ctx.shared["groups"]["parts"])
         needed = np.unique(np.r_[near.ravel(), over_doc])
         shingles, members = self._read_back(stage, ctx, task.params["paths"], needed)
         jaccard, keep = verify(near, shingles, cfg.threshold) if len(near) else (np.zeros(0), np.zeros(0, bool))
@@ -279,6 +248,25 @@ def _routed_pairs(ctx: TaskContext, part: int, partitions: int) -> tuple[np.ndar
                         table.column("exact").to_numpy(zero_copy_only=False))
 
 
+def _key_part(task: Task) -> int:
+    """The partition a task's key (p####) names."""
+    return int(task.key[1:])
+
+
+def _routed_groups(ctx: TaskContext, part: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """The groups routed to verify task `part` (its row group of each of the `parts` groups tasks' files) as
+    (dense group index, document) sorted by (group, document): the arrays the one groups task wrote before."""
+    files = [storage.join(ctx.stage_dir, f"_work/groups/p{t:04d}.parquet") for t in range(parts)]
+    tables = list(iter_parts(files, part, ["group", "doc"], ctx.fs))
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+    group = np.concatenate([t.column("group").to_numpy() for t in tables])
+    doc = np.concatenate([t.column("doc").to_numpy() for t in tables])
+    order = np.lexsort((doc, group))
+    group, doc = group[order], doc[order]
+    return (np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1).astype(np.int64), doc
+
+
 def _edge_files(ctx: TaskContext) -> list[str]:
     return storage.list_files(ctx.fs, storage.join(ctx.stage_dir, "_work/edges"), ".parquet")
 
@@ -297,8 +285,8 @@ def _partition(task: Task) -> int:
     return int(task.params["part"])
 
 
-def _round_files(ctx: TaskContext, r: int) -> list[str]:
-    return storage.list_files(ctx.fs, storage.join(ctx.stage_dir, f"_work/cc/r{r:03d}"), ".parquet")
+def _round_files(ctx: TaskContext, r: int, folder: str) -> list[str]:
+    return storage.list_files(ctx.fs, storage.join(ctx.stage_dir, f"{folder}/r{r:03d}"), ".parquet")
 
 
 def _rows(tables: Iterator[pa.Table]) -> tuple[np.ndarray, np.ndarray]:
@@ -318,6 +306,8 @@ class Components(Phase):
     `_work/cc/r###/p####.parquet` (rows node, neighbour; a row group per owning task of the next round)."""
 
     name = "components"
+    folder = "_work/cc"
+    """Where the rounds' files go (`r###/p####.parquet`)."""
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         before = ctx.shared.get(self.name)
@@ -331,28 +321,33 @@ class Components(Phase):
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         r, t, parts = int(task.params["round"]), _partition(task), int(task.params["parts"])
-        result = {}
+        result: dict[str, int] = {}
         if r == 0:
-            result["edges"] = 0
-
-            def counted() -> Iterator[pa.Table]:  # streamed into the contraction, the rows counted on the way
-                for table in iter_parts(_edge_files(ctx), t, ["a", "b"], ctx.fs):
-                    result["edges"] += table.num_rows
-                    yield table
-
-            a, b = contract(counted())
+            a, b = self.contracted(ctx, t, result)
         else:
             # The previous round split its rows `from` ways; this round's task t owns every part d with d % parts
             # == t (`parts` divides `from`).
-            found = star_round(*_rows(iter_parts(_round_files(ctx, r - 1), t, ["src", "dst"], ctx.fs, parts)),
-                               large=r % 2 == 1)
+            found = star_round(*_rows(iter_parts(_round_files(ctx, r - 1, self.folder), t, ["src", "dst"], ctx.fs,
+                                                 parts)), large=r % 2 == 1)
             a, b = found.a, found.b
             result.update(nodes=found.nodes, violations=found.violations)
         src, dst = adjacency(a, b)
-        ctx.write(f"_work/cc/r{r:03d}/p{t:04d}.parquet",
+        ctx.write(f"{self.folder}/r{r:03d}/p{t:04d}.parquet",
                   split_bytes(pa.table({"src": pa.array(src, pa.uint64()), "dst": pa.array(dst, pa.uint64())}),
                               owner(src, parts)))
         return {"rows": int(src.size), **{k: int(v) for k, v in result.items()}}
+
+    def contracted(self, ctx: TaskContext, t: int, result: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """Round 0 of partition `t`: its verified edges (those whose first end it owns) contracted to the stars of
+        their local components; their rows counted in `result["edges"]`."""
+        result["edges"] = 0
+
+        def counted() -> Iterator[pa.Table]:  # streamed into the contraction, the rows counted on the way
+            for table in iter_parts(_edge_files(ctx), t, ["a", "b"], ctx.fs):
+                result["edges"] += table.num_rows
+                yield table
+
+        return contract(counted())
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         before = ctx.shared.get(self.name)
@@ -369,9 +364,83 @@ class Components(Phase):
         if not now["violations"]:
             return False
         if now["round"] >= MAX_ROUNDS:
-            raise RuntimeError(f"dedup components: {now['violations']} nodes still not in a star after "
+            raise RuntimeError(f"dedup {self.name}: {now['violations']} nodes still not in a star after "
                                f"{MAX_ROUNDS} rounds; this is a bug (the algorithm converges in O(log^2 n) rounds)")
         return True
+
+
+def _label_tasks(ctx: PlanContext, last: Mapping[str, Any], rows: int, budget: int) -> list[Task]:
+    """The tasks of a phase that reads the labels of a components phase's last round (`last`, its reduced result):
+    as few as hold about `budget` of `rows` each, a divisor of the partitions."""
+    parts = parts_for(rows, budget, partition_count(ctx))
+    return [Task(key=f"p{t:04d}", params={"part": t, "parts": parts, "round": last["round"],
+                                           "label_parts": last["parts"]}) for t in range(parts)]
+
+
+def _task_labels(ctx: TaskContext, task: Task, folder: str) -> tuple[np.ndarray, np.ndarray]:
+    """(node, component) of the last round (in `folder`) for the nodes task `task` owns, and more: the last round
+    split its nodes `label_parts` ways; those this task owns (owner(x, parts) == t) lie in its parts d with d = t
+    modulo the greatest common divisor (both divide the partitions), a superset."""
+    t, parts = _partition(task), int(task.params["parts"])
+    common = math.gcd(parts, int(task.params["label_parts"]))
+    return labels(*_rows(iter_parts(_round_files(ctx, int(task.params["round"]), folder), t % common,
+                                    ["src", "dst"], ctx.fs, common)))
+
+
+BUCKET_NODE = np.uint64(1 << 63)
+"""Set in a bucket's node in the groups' graph, so that each component's smallest node is a document (documents are
+below 2**63), as `over_cap_groups` names a group."""
+
+
+def bucket_nodes(partition: int, bucket: np.ndarray) -> np.ndarray:
+    """The node of each over-cap bucket of `partition` (dense indices within it): (partition << 32 | index) with
+    `BUCKET_NODE` set, unique across partitions and bands."""
+    return (np.uint64(partition) << np.uint64(32)) | np.asarray(bucket).astype(np.uint64) | BUCKET_NODE
+
+
+class GroupComponents(Components):
+    """The groups of over-cap buckets in rounds: the connected components of the bipartite graph (document,
+    bucket node) that `over_cap_groups` finds in one process, found as `components` finds those of the verified
+    edges, so that no task holds every over-cap row of the corpus. Round 0 contracts each partition's
+    `_work/over_cap` file; the rounds' files go to `_work/gcc/r###/`."""
+
+    name = "group_components"
+    folder = "_work/gcc"
+
+    def contracted(self, ctx: TaskContext, t: int, result: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """Round 0 of partition `t`: its over-cap rows as edges (document, bucket node), contracted; the rows
+        counted in `result["edges"]`."""
+        over = pq.read_table(storage.join(ctx.stage_dir, f"_work/over_cap/p{t:04d}.parquet"), filesystem=ctx.fs)
+        result["edges"] = over.num_rows
+        return contract([pa.table({"a": over.column("doc").to_numpy().astype(np.uint64, copy=False),
+                                   "b": bucket_nodes(t, over.column("bucket").to_numpy())})])
+
+
+class Groups(Phase):
+    """Per group of partitions (a divisor of the partitions, as few tasks as hold about `ROWS_PER_TASK` rows of
+    the last round each): each owned document's group from the last round of `group_components` (its smallest
+    document), written as `_work/groups/p####.parquet` (columns group, doc) with a row group per verify task, the
+    one a hash of the group picks (`route`, as for pairs)."""
+
+    name = "groups"
+
+    def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
+        last = ctx.shared[GroupComponents.name]
+        return _label_tasks(ctx, last, last["rows"], ROWS_PER_TASK)
+
+    def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
+        return {"parts": len(results), **_sum_counts(results)}
+
+    def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
+        t, parts = _partition(task), int(task.params["parts"])
+        # Only the documents this task owns (the labels read are a superset), so that each is written by one task.
+        nodes, comp = _task_labels(ctx, task, GroupComponents.folder)
+        mine = (nodes < BUCKET_NODE) & (owner(nodes, parts) == t)
+        group, doc = comp[mine], nodes[mine]
+        ctx.write(f"_work/groups/{task.key}.parquet",
+                  split_bytes(pa.table({"group": pa.array(group, pa.uint64()), "doc": pa.array(doc, pa.uint64())}),
+                              route(group, partition_count(ctx))))
+        return {"groups": int((group == doc).sum()), "docs": int(doc.size)}
 
 
 class ByComponent(Phase):
@@ -384,20 +453,14 @@ class ByComponent(Phase):
 
     def plan(self, stage: "DedupStage", ctx: PlanContext) -> list[Task]:
         last = ctx.shared["components"]
-        parts = parts_for(last["edges"], EDGES_PER_BATCH, partition_count(ctx))
-        return [Task(key=f"p{t:04d}", params={"part": t, "parts": parts, "round": last["round"],
-                                               "label_parts": last["parts"]}) for t in range(parts)]
+        return _label_tasks(ctx, last, last["edges"], EDGES_PER_BATCH)
 
     def reduce(self, stage: "DedupStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
         return {"parts": len(results), **_sum_counts(results)}
 
     def run(self, stage: "DedupStage", task: Task, ctx: TaskContext) -> Any:
         t, parts = _partition(task), int(task.params["parts"])
-        # The last round split its nodes `label_parts` ways; those this task owns (owner(x, parts) == t) lie in its
-        # parts d with d = t modulo the greatest common divisor (both divide the partitions): a superset, looked up.
-        common = math.gcd(parts, int(task.params["label_parts"]))
-        nodes, comp = labels(*_rows(iter_parts(_round_files(ctx, int(task.params["round"])), t % common,
-                                               ["src", "dst"], ctx.fs, common)))
+        nodes, comp = _task_labels(ctx, task, Components.folder)  # a superset of this task's nodes, looked up
         # A verify task's rows at a time, at most about EDGES_PER_BATCH rows held before they are written out.
         out, rows = SplitWriter(EDGES_PER_BATCH), 0
         for edges in iter_parts(_edge_files(ctx), t, None, ctx.fs, parts):
@@ -639,8 +702,8 @@ class DedupStage(Stage):
     def phases(self) -> list[Phase]:
         # With `against`: the earlier runs checked before any task, their matches removed before this run's buckets.
         first, earlier = ([Against()], [EarlierPairs(), EarlierVerify()]) if self.config.against else ([], [])
-        return [PartitionCount(), *first, Signatures(), *earlier, Buckets(), Groups(), Verify(), Components(), ByComponent(),
-                Clusters(), ClusterTable(), FilterShards(), Index()]
+        return [PartitionCount(), *first, Signatures(), *earlier, Buckets(), GroupComponents(), Groups(), Verify(),
+                Components(), ByComponent(), Clusters(), ClusterTable(), FilterShards(), Index()]
 
     def report(self, stats: Mapping[str, Any], reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Clusters per source with their size histogram, members kept or dropped per source, what each keep rule
