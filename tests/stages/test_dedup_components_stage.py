@@ -36,22 +36,27 @@ STEP = 8
 to the one after (below): a path of 16 documents, which no one partition holds."""
 
 
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    root = tmp_path_factory.mktemp("chain")
-    rng = random.Random(5)
-    words = [f"w{rng.randrange(10**9)}" for _ in range(400 + STEP * CHAIN)]
-    docs = [{"id": f"c{i:02d}", "text": " ".join(words[i * STEP:i * STEP + 400])} for i in range(CHAIN)]
+def write_chain(root: Path, seed: int, chain: int, step: int, dedup: dict) -> Path:
+    """A chain of `chain` 400-word windows each moved on by `step` words, twelve unrelated documents and an exact
+    copy of one of them, shuffled into three JSON-lines files; the run's config (dedup block `dedup`)."""
+    rng = random.Random(seed)
+    words = [f"w{rng.randrange(10**9)}" for _ in range(400 + step * chain)]
+    docs = [{"id": f"c{i:02d}", "text": " ".join(words[i * step:i * step + 400])} for i in range(chain)]
     docs += [{"id": f"u{i:02d}", "text": " ".join(f"v{rng.randrange(10**9)}" for _ in range(300))} for i in range(12)]
-    docs.append({"id": "u00-copy", "text": docs[CHAIN]["text"]})
+    docs.append({"id": "u00-copy", "text": docs[chain]["text"]})
     rng.shuffle(docs)
     for i in range(3):
         write_jsonl(root / "web" / f"{i}.jsonl", docs[i::3])
     config = {"output": "out", "seed": 1, "ingest": {"docs_per_shard": 4},
               "sources": [{"name": "web", "format": "jsonl", "paths": ["web/*.jsonl"], "id_field": "id"}],
-              "stages": {"dedup": {"partitions": 4}}}
+              "stages": {"dedup": dedup}}
     (root / "run.yaml").write_text(yaml.safe_dump(config))
     return root / "run.yaml"
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    return write_chain(tmp_path_factory.mktemp("chain"), 5, CHAIN, STEP, {"partitions": 4})
 
 
 def single_pass(out: Path) -> tuple[dict[str, str], dict[str, str | None]]:

@@ -8,7 +8,6 @@ byte-identical to the uninterrupted run's."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.conftest import write_jsonl
 from tests.dedup.test_group_components import DirectWriter, head_groups
 from tests.pipeline.test_runner import run_into
-from tests.stages.test_dedup_components_stage import killed_then_rerun
+from tests.stages.test_dedup_components_stage import killed_then_rerun, write_chain
 from tokenmill.pipeline.contract import TaskContext
 from tokenmill.stages.dedup.stage import _routed_groups
 
@@ -53,21 +51,8 @@ def over_cap_chain(tmp_path_factory):
     bucket holds a short run of consecutive links, and a cap of one pair sends every bucket of three or more to
     the groups; buckets of every partition share links, so the chain's group is found over rounds. Twelve
     unrelated documents and an exact copy of one beside it."""
-    root = tmp_path_factory.mktemp("over_cap_chain")
-    rng = random.Random(7)
-    words = [f"w{rng.randrange(10**9)}" for _ in range(400 + STEP * CHAIN)]
-    docs = [{"id": f"c{i:02d}", "text": " ".join(words[i * STEP:i * STEP + 400])} for i in range(CHAIN)]
-    docs += [{"id": f"u{i:02d}", "text": " ".join(f"v{rng.randrange(10**9)}" for _ in range(300))} for i in range(12)]
-    docs.append({"id": "u00-copy", "text": docs[CHAIN]["text"]})
-    rng.shuffle(docs)
-    for i in range(3):
-        write_jsonl(root / "web" / f"{i}.jsonl", docs[i::3])
-    config = {"output": "out", "seed": 1, "ingest": {"docs_per_shard": 4},
-              "sources": [{"name": "web", "format": "jsonl", "paths": ["web/*.jsonl"], "id_field": "id"}],
-              "stages": {"dedup": {"partitions": PARTITIONS, "num_perm": 64, "bands": 8, "rows": 8,
-                                   "max_pairs_per_bucket": 1}}}
-    (root / "run.yaml").write_text(yaml.safe_dump(config))
-    return root / "run.yaml"
+    return write_chain(tmp_path_factory.mktemp("over_cap_chain"), 7, CHAIN, STEP,
+                       {"partitions": PARTITIONS, "num_perm": 64, "bands": 8, "rows": 8, "max_pairs_per_bucket": 1})
 
 
 def verify_groups(stage_dir: Path) -> list[tuple[np.ndarray, np.ndarray]]:
