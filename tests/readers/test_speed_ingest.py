@@ -330,6 +330,15 @@ def open_with(members_class, raw: bytes, kind: str):
     return io.BufferedReader(f, BUFFER)
 
 
+def same_but_mended(new: list, old: list) -> bool:
+    """`new == old`, but where the old parser raised an IndexError on a header line of only b"\r"s: the new one names
+    that damage as it names other header lines without a field (e06be28); what came before is the same."""
+    if old and old[-1] == ("IndexError", "string index out of range"):
+        return (new[:-1] == old[:-1] and new[-1][0] == "WarcDamage"
+                and "a WARC header line without a field name" in new[-1][1])
+    return new == old
+
+
 # -------------------------------------------------------------------------------------------------- the tests
 
 
@@ -349,12 +358,12 @@ def test_the_warc_parser_gives_what_the_old_one_gave(source, request):
                         for mode in (0, 1, 2):
                             old = walk(old_iter_warc_records, open_with(OldMembers, packed, kind), verify, mode)
                             new = walk(iter_warc_records, open_with(Members, packed, kind), verify, mode)
-                            assert new == old, (label, kind, verify, mode)
+                            assert same_but_mended(new, old), (label, kind, verify, mode)
                             checked += 1
     # And over an uncompressed stream that is not a buffered reader (no read1 buffering of its own).
     for name, data in streams.items():
-        assert walk(iter_warc_records, io.BytesIO(data), True, 0) == walk(old_iter_warc_records, io.BytesIO(data),
-                                                                          True, 0), name
+        assert same_but_mended(walk(iter_warc_records, io.BytesIO(data), True, 0),
+                               walk(old_iter_warc_records, io.BytesIO(data), True, 0)), name
     assert checked > 100
 
 
