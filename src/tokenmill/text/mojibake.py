@@ -73,8 +73,10 @@ def _branch_requirements(pattern: re.Pattern) -> list[list[frozenset[int]]] | No
 
 _BRANCHES = _branch_requirements(BADNESS_RE)
 _BRANCH_CHARS = [[frozenset(map(chr, s)) for s in sets] for sets in _BRANCHES or []]
-_SIGNAL = re.compile("[" + "".join(f"\\U{c:08x}" for c in sorted(set().union(*(s for b in _BRANCHES for s in b))))
-                     + "]") if _BRANCHES else None
+SIGNAL_CLASS = "".join(f"\\U{c:08x}" for c in sorted(set().union(*(s for b in _BRANCHES or [] for s in b))))
+"""The characters of every branch's sets, as the inside of a regex class (empty when the pattern could not be read)."""
+_SIGNAL_CHARS = frozenset(chr(c) for b in _BRANCHES or [] for s in b for c in s)
+_SIGNAL = re.compile("[" + SIGNAL_CLASS + "]") if _BRANCHES else None
 
 
 @lru_cache(maxsize=4096)
@@ -84,12 +86,14 @@ def _some_branch_can_match(present: frozenset[str]) -> bool:
     return any(all(not present.isdisjoint(s) for s in sets) for sets in _BRANCH_CHARS)
 
 
-def may_be_mojibake(text: str) -> bool:
-    """`ftfy.badness.is_bad(text)`; False without running it when no branch of its pattern can match in `text`."""
+def may_be_mojibake(text: str, seen: set[str] | None = None) -> bool:
+    """`ftfy.badness.is_bad(text)`; False without running it when no branch of its pattern can match in `text`.
+    `seen`: the characters of `text` among a set that holds `SIGNAL_CLASS`'s (found by the caller's own scan), or
+    None to scan here."""
     if text.isascii():
         return False
     if _SIGNAL is not None:
-        present = frozenset(_SIGNAL.findall(text))
+        present = frozenset(_SIGNAL.findall(text)) if seen is None else _SIGNAL_CHARS.intersection(seen)
         if not present or not _some_branch_can_match(present):
             return False
     return is_bad(text)

@@ -17,11 +17,12 @@ from typing import Callable, Literal, Sequence
 
 import ftfy
 import numpy as np
+import pyarrow as pa
 
 from tokenmill.config_base import StrictModel
 from tokenmill.text.code_blocks import code_block_lines
 from tokenmill.text.escapes import content_kind
-from tokenmill.text.mojibake import may_be_mojibake
+from tokenmill.text.mojibake import SIGNAL_CLASS, may_be_mojibake
 from tokenmill.text.re2_batch import may_match
 
 FTFY_CONFIG = ftfy.TextFixerConfig(
@@ -106,7 +107,10 @@ _TABLE_CHARACTER = re.compile("[" + "".join(f"\\u{c:04x}" for c in sorted(_CHARA
 # Each matches whole runs of blanks, starting only where a run starts and never backtracking: the plain forms
 # (`[ \t]+$`, `[ \t]*\t[ \t]*`) retry from every position of a run, so a run of k spaces cost k² steps (a document
 # with 40,000 spaces in a row took 16 s).
-_RUN = re.compile(r"(?<![ \t])(?: *+\t[ \t]*+| {2,}+)")  # a run with a tab, or of two spaces or more
+# A whole run with a tab, or of two spaces or more: it starts with a blank, so `re` jumps from blank to blank (the
+# form `(?<![ \t])(?: *+\t[ \t]*+| {2,}+)` tried its look-behind at every position), and it is always a run's start
+# (a match takes a run whole and a one-space run fails at once), so the matches are those of that form.
+_RUN = re.compile(r"[ \t](?:[ \t]++|(?<=\t))")
 _TRAILING = re.compile(r"(?<![ \t])[ \t]++$", re.M)
 _PROSE_TRAILING = re.compile(r"(?<![ \t\f])[ \t\f]++$", re.M)
 _BLANK_RUN = re.compile(r"\n{4,}")  # more than two blank lines
@@ -138,6 +142,13 @@ _WHITESPACE_WORK_RE2 = ("[" + "".join(f"\\x{{{c:x}}}" for c in _WHITESPACE_WORK_
                         + r"|  | \n|\n\n\n\n|\A\n*[ \t]")
 _FULLWIDTH = {c: c - 0xFEE0 for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]}
 _FULLWIDTH_CHAR = re.compile("[" + "".join(f"\\u{c:04x}" for c in _FULLWIDTH) + "]")
+_FULLWIDTH_CHARS = frozenset(map(chr, _FULLWIDTH))
+# The mojibake pre-check's characters and the full-width ones, found in one pass over a non-ASCII text where both
+# steps are on (each had its own pass). Only ftfy can add or remove a full-width character: NFC composes none and
+# decomposes none (they have no canonical decomposition, and none is part of one), and the whitespace step touches
+# blanks, line breaks and the table's characters only; so the pass answers the width step too while ftfy changed
+# nothing (tests/text/test_speed_clean_batch.py).
+_SIGNAL_OR_FULLWIDTH = re.compile("[" + SIGNAL_CLASS + _FULLWIDTH_CHAR.pattern[1:-1] + "]")
 # Most prose has none of what these regexes look for, and a substring test (`in`) answers that many times faster
 # than the regex engine, which tries its pattern at every position; each test below is exact for its regex.
 
@@ -315,12 +326,13 @@ class Normalized:
         return [*self.changed, *([self.layout] if self.layout else []), *self.kept]
 
 
-def normalize_documents(texts: Sequence[str], config: NormalizeConfig) -> list[Normalized | None]:
+def normalize_documents(texts: Sequence[str], config: NormalizeConfig,
+                        column: pa.StringArray | None = None) -> list[Normalized | None]:
     """`normalize_document` of each text, None where that changes and counts nothing. The whitespace step's work
     inside a text (`_WHITESPACE_WORK_RE2`) is looked for in one RE2 pass over the batch: a text without any is only
     stripped of the blanks at its ends, and an ASCII one has nothing else to do (ftfy finds no mojibake in ASCII,
-    which is NFC and holds no full-width character)."""
-    busy = may_match(texts, _WHITESPACE_WORK_RE2) if config.whitespace else np.zeros(len(texts), dtype=bool)
+    which is NFC and holds no full-width character). `column`: `texts` as Arrow strings already, or None."""
+    busy = may_match(texts, _WHITESPACE_WORK_RE2, column) if config.whitespace else np.zeros(len(texts), dtype=bool)
     out: list[Normalized | None] = []
     for text, work in zip(texts, busy.tolist()):
         if work:
@@ -340,6 +352,8 @@ def normalize_document(text: str, config: NormalizeConfig, *, plain: bool = Fals
     text, that step is `text.strip(" \t\n")`."""
     done = Normalized(text)
     judged: list[bool] = []
+    seen = (set(_SIGNAL_OR_FULLWIDTH.findall(text)) if config.ftfy and config.fullwidth and not text.isascii()
+            else None)
 
     def is_code() -> bool:
         if not judged:
@@ -357,8 +371,9 @@ def normalize_document(text: str, config: NormalizeConfig, *, plain: bool = Fals
 
     # ftfy walks every line; its own badness test on the whole text first keeps clean documents (nearly all)
     # to one regex search, and `may_be_mojibake` most of them to none (pure ASCII holds no mojibake at all).
-    if config.ftfy and may_be_mojibake(done.text):
+    if config.ftfy and may_be_mojibake(done.text, seen):
         step("ftfy", ftfy.fix_text(done.text, FTFY_CONFIG))
+    wide = None if seen is None or done.text is not text else not _FULLWIDTH_CHARS.isdisjoint(seen)
     if config.nfc and not unicodedata.is_normalized("NFC", done.text):
         step("nfc", unicodedata.normalize("NFC", done.text))
     if config.whitespace and plain and not done.changed:
@@ -368,6 +383,7 @@ def normalize_document(text: str, config: NormalizeConfig, *, plain: bool = Fals
         step("whitespace", fixed)
         if kept is not None:
             done.layout = "code_layout:" + kept
-    if config.fullwidth and not done.text.isascii() and _FULLWIDTH_CHAR.search(done.text):
+    if config.fullwidth and not done.text.isascii() and (_FULLWIDTH_CHAR.search(done.text) is not None
+                                                          if wide is None else wide):
         step("fullwidth", done.text.translate(_FULLWIDTH))
     return done

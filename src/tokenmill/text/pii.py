@@ -82,18 +82,21 @@ _MAYBE_RE2 = {"email": "@", "ip": r"\p{Nd}\.\p{Nd}{1,3}\.\p{Nd}{1,3}\.\p{Nd}|[0-
               "phone": _MAYBE_PHONE_RE2}
 
 
-def pii_candidates(texts: Sequence[str], config: PiiConfig) -> tuple[np.ndarray, np.ndarray]:
+def pii_candidates(texts: Sequence[str], config: PiiConfig,
+                   column: pa.StringArray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Which texts `replace_pii` may change (False: none of its pre-scans matches, so it returns the text as it is
     and finds nothing), and among those which the phone pre-scan may match (`replace_pii`'s `maybe_phone`): one RE2
-    pass over the batch for every kind on, a second over the candidates for phones."""
+    pass over the batch for every kind on, a second over the candidates for phones. `column`: `texts` as Arrow
+    strings already, or None."""
     kinds = [_MAYBE_RE2[kind] for kind in PII_KINDS if getattr(config, kind)]
     if not kinds:
         return np.zeros(len(texts), dtype=bool), np.zeros(len(texts), dtype=bool)
-    candidates = may_match(texts, "|".join(kinds))
+    candidates = may_match(texts, "|".join(kinds), column)
     maybe_phone = np.zeros(len(texts), dtype=bool)
     if config.phone:
         rows = np.flatnonzero(candidates)
-        maybe_phone[rows] = may_match([texts[i] for i in rows.tolist()], _MAYBE_PHONE_RE2)
+        chosen = column.take(pa.array(rows)) if column is not None else None
+        maybe_phone[rows] = may_match([texts[i] for i in rows.tolist()], _MAYBE_PHONE_RE2, chosen)
     return candidates, maybe_phone
 
 

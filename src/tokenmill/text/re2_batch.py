@@ -16,9 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def may_match(texts: Sequence[str], pattern: str) -> np.ndarray:
+def may_match(texts: Sequence[str], pattern: str, column: pa.StringArray | None = None) -> np.ndarray:
     """For each text, whether RE2 `pattern` finds a match in it; True for a text with no UTF-8 form (a lone
-    surrogate: Arrow cannot hold it), so that the caller looks at that one itself."""
+    surrogate: Arrow cannot hold it), so that the caller looks at that one itself. `column`: the same texts as Arrow
+    strings already (the clean stage's `Batch.text_column`), searched as they are; None: `texts` converted."""
+    if column is not None:
+        return _search(column, pattern)
     try:
         column = pa.array(texts, pa.string())
     except (pa.ArrowInvalid, UnicodeEncodeError):

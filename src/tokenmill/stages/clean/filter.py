@@ -11,6 +11,8 @@ chain, the clean config and its overrides are built from the registered filters 
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tokenmill.stages.clean.stats import CleanStats
 
@@ -49,31 +52,62 @@ class Batch:
     phase, where those rules only rank (`top_fraction.py`)."""
     ranked: dict[str, np.ndarray] = field(default_factory=dict)
     """What the `score` phase gathers: each `top_fraction` rule's scores of its pool in this batch."""
+    column: pa.StringArray | None = None
+    """The shard's `text` column as it came (`from_table`), for Arrow kernels over the batch (`text_column`)."""
 
     def __post_init__(self):
         self.reasons = [None] * len(self.texts)
         self.steps = [[] for _ in self.texts]
+        self._came = list(self.texts)  # the text objects `column` holds: a row whose text is not one was edited
+        self._keys: set[tuple[str, str | None]] | None = None
 
     @classmethod
     def from_table(cls, table: pa.Table, languages: Mapping[str, str]) -> "Batch":
         """The batch for a shard with columns id, text, source, subset, meta; `languages` maps source -> language."""
         sources = table.column("source").to_pylist()
+        text = table.column("text")
         return cls(
-            ids=table.column("id").to_pylist(), texts=table.column("text").to_pylist(), sources=sources,
+            ids=table.column("id").to_pylist(), texts=text.to_pylist(), sources=sources,
             subsets=table.column("subset").to_pylist(), metas=table.column("meta").to_pylist(),
             langs=[languages[s] for s in sources], lang_scores=np.zeros(len(sources), dtype=np.float32),
+            column=text.combine_chunks() if text.type == pa.string() else None,
         )
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def keys(self) -> set[tuple[str, str | None]]:
-        """The (source, subset) pairs of the batch's rows, each once: what a row's settings depend on."""
-        return set(zip(self.sources, self.subsets))
+        """The (source, subset) pairs of the batch's rows, each once: what a row's settings depend on (found once:
+        every filter asks, and no filter changes a row's source or subset)."""
+        if self._keys is None:
+            self._keys = set(zip(self.sources, self.subsets))
+        return self._keys
 
     def kept(self) -> list[int]:
         """Rows no filter has dropped yet."""
-        return [i for i, r in enumerate(self.reasons) if r is None]
+        return list(itertools.compress(range(len(self.reasons)), map(operator.is_, self.reasons,
+                                                                        itertools.repeat(None))))
+
+    def text_column(self, rows: Sequence[int] | None = None) -> pa.StringArray | None:
+        """The texts of `rows` (None: every row) as Arrow strings: the shard's own column (`column`) where a row's
+        text is still the one that came, converted only where a filter replaced it; None where that cannot be done
+        (no column, or a replaced text with no UTF-8 form: a lone surrogate), for the caller to convert the texts."""
+        if self.column is None:
+            return None
+        every = rows is None or (len(rows) == len(self.texts) and list(rows) == list(range(len(self.texts))))
+        rows = range(len(self.texts)) if rows is None else rows
+        texts, came = self.texts, self._came
+        edited = [k for k, i in enumerate(rows) if texts[i] is not came[i]]
+        try:
+            fresh = pa.array([texts[rows[k]] for k in edited], pa.string())
+        except (pa.ArrowInvalid, UnicodeEncodeError):
+            return None
+        column = self.column if every else self.column.take(pa.array(rows, pa.int64()))
+        if not edited:
+            return column
+        mask = np.zeros(len(rows), dtype=bool)
+        mask[edited] = True
+        return pc.replace_with_mask(column, pa.array(mask), fresh)
 
 
 @dataclass(frozen=True)

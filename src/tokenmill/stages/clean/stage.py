@@ -88,7 +88,9 @@ class CleanStage(MapStage):
             raise RuntimeError(f"clean: {', '.join(self.ranked)} keep a top_fraction, whose cut the stage's score "
                                f"phase computes: run the stage through its phases, or pass the cuts in shared")
         batch = self._run_chain(table, shared, cuts)
-        out = table.set_column(table.schema.get_field_index("text"), "text", pa.array(batch.texts, pa.string()))
+        text = batch.text_column()  # the shard's own column where no filter edited the text
+        text = pa.array(batch.texts, pa.string()) if text is None else text
+        out = table.set_column(table.schema.get_field_index("text"), "text", text)
         for name, column in self.chain.columns(batch).items():
             if name in out.column_names:  # an earlier run of a stage that also annotates (re-cleaning)
                 out = out.set_column(out.schema.get_field_index(name), name, column)

@@ -25,7 +25,8 @@ class NormalizeFilter(Filter):
     def process(self, batch: Batch, rows: list[int], settings: NormalizeConfig) -> None:
         if rows:
             batch.stats.section("normalize")
-        for i, done in zip(rows, normalize_documents([batch.texts[i] for i in rows], settings)):
+        done_all = normalize_documents([batch.texts[i] for i in rows], settings, batch.text_column(rows))
+        for i, done in zip(rows, done_all):
             if done is None:  # nothing changed, nothing to count
                 continue
             batch.texts[i] = done.text

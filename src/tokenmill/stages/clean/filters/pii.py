@@ -22,7 +22,7 @@ class PiiFilter(Filter):
     sections = {"pii": {}}
 
     def process(self, batch: Batch, rows: list[int], settings: PiiConfig) -> None:
-        candidates, maybe_phone = pii_candidates([batch.texts[i] for i in rows], settings)
+        candidates, maybe_phone = pii_candidates([batch.texts[i] for i in rows], settings, batch.text_column(rows))
         for k in np.flatnonzero(candidates).tolist():  # the others hold nothing to replace
             i = rows[k]
             batch.texts[i], found = replace_pii(batch.texts[i], settings, bool(maybe_phone[k]))
