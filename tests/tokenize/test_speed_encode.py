@@ -161,8 +161,9 @@ def whitespace_mazes(seed: int, n: int = 3000) -> list[str]:
 
 @pytest.mark.parametrize("name", ["gpt2", "trained"])
 def test_the_split_pattern_gives_the_gpt2_patterns_ids(tokenizers, shared_data, name):
-    """tiktoken with `SPLIT_PATTERN` (possessive runs, `\\s++$`, `\\s`) gives, text by text, the ids it gives with
-    `GPT2_PATTERN` (the pattern it replaced), on real text, hostile text and whitespace mazes."""
+    """tiktoken with `SPLIT_PATTERN` (the lookahead-free alternatives in one group, `\\s+$`, `\\s`) gives, text by
+    text, the ids it gives with `GPT2_PATTERN` (the pattern it replaced), on real text, hostile text and whitespace
+    mazes."""
     import tiktoken
 
     from tests.tokenize.test_fast_engine import adversarial_texts, every_category_texts
