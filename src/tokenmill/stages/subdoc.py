@@ -200,6 +200,22 @@ def _by_row(rows: pa.Table | None) -> dict[int, dict[int, int]]:
     return out
 
 
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array (an empty one when it has no chunks)."""
+    return column.combine_chunks() if column.num_chunks else pa.array([], column.type)
+
+
+def _replaced(column: pa.Array, changed: dict[int, str]) -> pa.Array:
+    """`column` (string, one chunk) with row r's text `changed[r]`: the array `pa.array(texts, pa.string())` of the
+    texts with those rows replaced gives, built without a Python string per row."""
+    if not changed:
+        return column
+    mask = np.zeros(len(column), bool)
+    rows = sorted(changed)
+    mask[rows] = True
+    return pc.replace_with_mask(column, pa.array(mask), pa.array([changed[r] for r in rows], pa.string()))
+
+
 class _SpanRows:
     """Rows of a `removed/` or `kept/` file: id, source, hash, docs (documents holding the span), chars (its
     normalised length), span (cut to `SPAN_CHARS`), and for `kept/` whether the document was dropped itself."""
@@ -318,17 +334,23 @@ class Apply(ShardMap):
         source = task.params["source"]
         remove = _by_row(_read_groups(ctx, task.params["refs"], "_work/remove", ["doc", "hash", "docs"]))
         keep = _by_row(_read_groups(ctx, task.params.get("kept", []), "_work/kept", ["doc", "hash", "docs"]))
-        texts = table.column("text").to_pylist()
-        original = list(texts)
-        reasons: list[str | None] = [None] * len(texts)
-        ids = table.column("id").cast(pa.string()).to_pylist()
+        # Only the documents that lose or keep a span become Python strings (a fifth of a web shard); the others'
+        # text stays in Arrow, and the new column is the old one with the changed rows replaced.
+        column = _one_chunk(table.column("text").cast(pa.string()))
+        rows, first_rows = sorted(remove), sorted(keep)
+        taken = column.take(pa.array(rows, pa.int64()))
+        texts = taken.to_pylist()
+        original = dict(zip(rows, texts))
+        original.update(zip(first_rows, column.take(pa.array(first_rows, pa.int64())).to_pylist()))
+        id_rows = sorted(original)
+        ids = dict(zip(id_rows, table.column("id").take(pa.array(id_rows, pa.int64())).cast(pa.string()).to_pylist()))
+        reasons: list[str | None] = [None] * table.num_rows
+        changed: dict[int, str] = {}
         top = {h for h, _, shard in ctx.shared["count"]["top"] if shard == task.params["rank"]}
         counts: Counter = Counter()
         examples: dict[str, str] = {}
         removed = _SpanRows()
-        rows = sorted(remove)
-        results = remove_spans_batch([texts[row] for row in rows], cfg.unit, cfg.min_chars,
-                                     [set(remove[row]) for row in rows])
+        results = remove_spans_batch(texts, cfg.unit, cfg.min_chars, [set(remove[row]) for row in rows], taken)
         for row, result in zip(rows, results):
             if not result.spans_removed:
                 continue
@@ -338,17 +360,17 @@ class Apply(ShardMap):
             if len(result.text.strip()) < cfg.min_doc_chars:
                 reasons[row] = TOO_SHORT  # written whole to dropped/, as it came: what the corpus lost
             else:
-                texts[row] = result.text
+                changed[row] = result.text
             for h, span in sorted(result.removed.items()):
                 removed.add(ids[row], source, h, remove[row][h], span)
                 if f"{h:016x}" in top:
                     examples.setdefault(f"{h:016x}", span[:SPAN_CHARS])
         kept = _SpanRows(kept=True)
-        for row in sorted(keep):  # the first documents: the text they kept for every other holder
+        for row in first_rows:  # the first documents: the text they kept for every other holder
             for h, span in sorted(span_texts(original[row], cfg.unit, cfg.min_chars, set(keep[row])).items()):
                 kept.add(ids[row], source, h, keep[row][h], span, dropped=reasons[row] is not None)
         if counts:
-            table = table.set_column(table.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
+            table = table.set_column(table.schema.get_field_index("text"), "text", _replaced(column, changed))
             ctx.write(f"removed/{task.key}.parquet", removed.parquet())
         if keep:
             ctx.write(f"kept/{task.key}.parquet", kept.parquet())

@@ -96,6 +96,21 @@ _RE2_RUNS = f"[{_RE2_SPACE}]{{2,}}|[{_RE2_SPACE_NOT_SPACE}]"
 """The whitespace runs normalisation changes: two characters or more, or one that is not a space. Each is the whole
 run (leftmost, greedy), so replacing these by a space is replacing every run; a lone space, the common run, is no
 match, and RE2 replaces a few runs instead of every space (six times as fast)."""
+_RE2_SPACE_NOT_NL_SPACE = "".join(f"\\x{{{ord(c):x}}}" for c in _WHITESPACE if c not in "\n ")
+_RE2_LINE_RUNS = f"[{_RE2_SPACE_NOT_NL}]{{2,}}|[{_RE2_SPACE_NOT_NL_SPACE}]"
+"""`_RE2_RUNS` without the newline: in a whole text its matches are those of `_RE2_RUNS` in each of its lines (no
+match crosses a newline, none adds one), so a text is normalised once, before it is cut into lines."""
+
+
+def _normalized_lines(column: pa.Array) -> pa.ListArray:
+    """Each text's lines (cut at "\\n") with their whitespace runs made one space, not yet trimmed: as
+    `replace_substring_regex(_RE2_RUNS)` of `split_pattern(column, "\\n")`'s lines. RE2 first finds the texts with a run
+    to replace (about one in fifteen) and rewrites only those: a match scan costs half a replacing one."""
+    changed = pc.match_substring_regex(column, _RE2_LINE_RUNS)
+    if pc.any(changed).as_py():
+        column = pc.replace_with_mask(column, changed,
+                                      pc.replace_substring_regex(column.filter(changed), _RE2_LINE_RUNS, " "))
+    return pc.split_pattern(column, "\n")
 
 
 def doc_spans(texts: Iterable[str] | pa.Array | pa.ChunkedArray, unit: Unit, min_chars: int,
@@ -105,8 +120,6 @@ def doc_spans(texts: Iterable[str] | pa.Array | pa.ChunkedArray, unit: Unit, min
 
     Vectorised in Arrow (split, normalise, measure), the hash from the buffers: the same spans and hashes as
     `split_spans`, `normalize` and `span_hash` one span at a time (a test compares them)."""
-    from tokenmill.documents import text_hashes
-
     column = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.large_string())
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks else pa.array([], pa.large_string())
@@ -114,22 +127,41 @@ def doc_spans(texts: Iterable[str] | pa.Array | pa.ChunkedArray, unit: Unit, min
     rows = np.arange(len(column), dtype=np.int64)
     if skip is not None:
         keep = ~np.fromiter(skip, bool, len(column)) if len(column) else np.zeros(0, bool)
-        column, rows = column.filter(pa.array(keep)), rows[keep]
+        if not keep.all():  # most shards have no code document: no copy of their text
+            column, rows = column.filter(pa.array(keep)), rows[keep]
     if not len(column):
         return DocSpans(np.zeros(0, np.int64), np.zeros(0, np.uint64))
     pattern = _RE2_SEPARATORS[unit]
-    split = pc.split_pattern(column, "\n") if pattern is None else pc.split_pattern_regex(column, pattern)
+    if pattern is None:  # lines: whitespace runs replaced in the whole texts, then cut
+        split = _normalized_lines(column)
+        spans = pc.list_flatten(split)
+    else:
+        split = pc.split_pattern_regex(column, pattern)
+        spans = pc.replace_substring_regex(pc.list_flatten(split), _RE2_RUNS, " ")
     parent = rows[pc.list_parent_indices(split).to_numpy(zero_copy_only=False)]
-    spans = pc.list_flatten(split)
-    spans = pc.utf8_trim(pc.replace_substring_regex(spans, _RE2_RUNS, " "), " ")
-    long = pc.greater_equal(pc.utf8_length(spans), min_chars)
-    spans, parent = spans.filter(long), parent[long.to_numpy(zero_copy_only=False)]
-    hashes = text_hashes(spans).to_numpy()
+    spans = pc.utf8_trim(spans, " ")
+    long = np.flatnonzero(pc.greater_equal(pc.utf8_length(spans), min_chars).to_numpy(zero_copy_only=False))
+    parent, hashes = parent[long], _hashes_at(spans, long)
     order = np.lexsort((hashes, parent))
     parent, hashes = parent[order], hashes[order]
     first = np.r_[True, (parent[1:] != parent[:-1]) | (hashes[1:] != hashes[:-1])] if parent.size else \
         np.zeros(0, bool)
     return DocSpans(parent[first].astype(np.int64), hashes[first].astype(np.uint64))
+
+
+def _hashes_at(column: pa.Array, rows: np.ndarray) -> np.ndarray:
+    """`text_hashes(column.take(rows))` (xxh3-64 of each string's UTF-8 bytes), read in place: no copy of the strings
+    taken (a whole shard's long lines)."""
+    import xxhash
+
+    if column.null_count:
+        raise ValueError(f"{column.null_count} null span(s)")
+    offsets = np.frombuffer(column.buffers()[1], dtype="<i8" if pa.types.is_large_string(column.type) else "<i4")
+    offsets = offsets[column.offset:column.offset + len(column) + 1]
+    data = memoryview(column.buffers()[2] or b"")
+    return np.fromiter(map(xxhash.xxh3_64_intdigest, map(data.__getitem__, map(slice, offsets[rows].tolist(),
+                                                                                offsets[rows + 1].tolist()))),
+                       np.uint64, len(rows))
 
 
 @dataclass(frozen=True)
@@ -194,22 +226,27 @@ def remove_spans(text: str, unit: Unit, min_chars: int, remove: set[int] | froze
     return Removal("".join(out), n_removed, chars, removed)
 
 
-def remove_spans_batch(texts: list[str], unit: Unit, min_chars: int, removes: list[set[int]]) -> list[Removal]:
+def remove_spans_batch(texts: list[str], unit: Unit, min_chars: int, removes: list[set[int]],
+                       column: pa.Array | None = None) -> list[Removal]:
     """`remove_spans` of each text with its set of hashes. Lines are normalised and hashed in Arrow for all the texts
     at once, as `doc_spans` does (Python then only compares hashes and joins the kept lines); paragraphs, and a batch
-    Arrow cannot hold (a lone surrogate), go one text at a time."""
+    Arrow cannot hold (a lone surrogate), go one text at a time. `column`, when given, is `texts` already in Arrow
+    (string or large_string, no nulls): the same texts, not converted again."""
     if unit != "lines" or not texts:
         return [remove_spans(t, unit, min_chars, r) for t, r in zip(texts, removes)]
     try:
-        split = pc.split_pattern(pa.array(texts, pa.large_string()), "\n")
+        split = _normalized_lines(pa.array(texts, pa.large_string()) if column is None else column)
     except (pa.ArrowInvalid, UnicodeEncodeError):
         return [remove_spans(t, unit, min_chars, r) for t, r in zip(texts, removes)]
-    from tokenmill.documents import text_hashes
-
-    norm = pc.utf8_trim(pc.replace_substring_regex(pc.list_flatten(split), _RE2_RUNS, " "), " ")
-    long = pc.greater_equal(pc.utf8_length(norm), min_chars).to_numpy(zero_copy_only=False).tolist()
-    hashes = text_hashes(norm).to_numpy().tolist()
-    bounds = split.offsets.to_numpy().tolist()
+    norm = pc.utf8_trim(pc.list_flatten(split), " ")
+    long_mask = pc.greater_equal(pc.utf8_length(norm), min_chars).to_numpy(zero_copy_only=False)
+    long = long_mask.tolist()
+    # Only the lines counted are hashed (most lines are short or empty); a short line's hash is never looked at.
+    full = np.zeros(len(norm), np.uint64)
+    at = np.flatnonzero(long_mask)
+    full[at] = _hashes_at(norm, at)
+    hashes = full.tolist()
+    bounds = (np.asarray(split.offsets) - split.offsets[0].as_py()).tolist()
     return [_removed_lines(text, bounds[i], bounds[i + 1], long, hashes, remove, min_chars)
             for i, (text, remove) in enumerate(zip(texts, removes))]
 

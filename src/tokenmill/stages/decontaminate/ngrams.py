@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from tokenmill.dedup.polyhash import fmix64 as _fmix64
@@ -483,18 +484,16 @@ class TokenBatch:
         return np.repeat(self.offsets[1:], np.diff(self.offsets))
 
 
-def tokenize_batch(texts: list[str], chars: bool, *, cuts: bool = False) -> TokenBatch:
+def tokenize_batch(texts: list[str] | pa.Array, chars: bool, *, cuts: bool = False) -> TokenBatch:
     """`tokenize` (char_tokens if `chars`, else normalize_tokens) of every text, with array operations over the
     texts' code points instead of a regex pass and a Python string per token: only each distinct token is lowercased
     and hashed. The same tokens, spans and hashes: the token table is the regex's own, and a token lowercased alone
     is what it is within the tokens joined by spaces (the one context rule of str.lower, final sigma, stops at a
-    space)."""
-    joined = "\n".join(texts)  # "\n" is no token character: no token spans two texts
-    # ASCII (str.isascii reads a flag): its bytes are its code points, one byte each, with no UTF-32 copy to make.
-    cps = np.frombuffer(joined.encode("ascii"), dtype=np.uint8) if joined.isascii() else code_points(joined)
+    space). `texts` may be an Arrow string array (no nulls): joined in Arrow, no Python string per text."""
+    cps, lengths = _joined_code_points(texts)
     is_token = char_table(_CHAR_RE)[cps]
     text_starts = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1, out=text_starts[1:])
+    np.cumsum(lengths + 1, out=text_starts[1:])
     if chars:
         starts = np.flatnonzero(is_token)
         ends = starts + 1
@@ -511,6 +510,23 @@ def tokenize_batch(texts: list[str], chars: bool, *, cuts: bool = False) -> Toke
         cut[offsets] = True
     text_of = np.repeat(text_starts[:-1], np.diff(offsets))
     return TokenBatch(starts=starts - text_of, ends=ends - text_of, offsets=offsets, hashes=hashes, cuts=cut)
+
+
+def _joined_code_points(texts: list[str] | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The code points of the texts joined by "\\n" (no token character: no token spans two texts), one byte each
+    when they are all ASCII (its bytes are its code points: no UTF-32 copy to make), and each text's length."""
+    if isinstance(texts, pa.Array):
+        lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(texts)], pa.int32()), texts),
+                                pa.scalar("\n", texts.type))[0]
+        if pc.all(pc.string_is_ascii(texts)).as_py() is not False:
+            return np.frombuffer(joined.as_buffer() or b"", dtype=np.uint8), lengths
+        return code_points(joined.as_py()), lengths
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    joined = "\n".join(texts)
+    # str.isascii reads a flag.
+    cps = np.frombuffer(joined.encode("ascii"), dtype=np.uint8) if joined.isascii() else code_points(joined)
+    return cps, lengths
 
 
 def _batch_hashes(cps: np.ndarray, is_token: np.ndarray, starts: np.ndarray, ends: np.ndarray, chars: bool
@@ -554,11 +570,14 @@ def find_matches(text: str, language: str | None, index: EvalIndex) -> list[tupl
     return find_matches_batch([text], [language], index)[0]
 
 
-def find_matches_batch(texts: list[str], languages: list[str | None], index: EvalIndex
+def find_matches_batch(texts: list[str] | pa.Array, languages: list[str | None], index: EvalIndex
                        ) -> list[list[tuple[int, int, int]]]:
     """find_matches of each text (in its language), hashing and looking up the texts' tokens together, a few
-    million characters at a time: per-document work is then a handful of array operations, not dozens."""
-    out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
+    million characters at a time: per-document work is then a handful of array operations, not dozens. `texts` may
+    be an Arrow string array (no nulls): a shard's text column, never made Python strings."""
+    out: list[list[tuple[int, int, int]]] = [[] for _ in range(len(texts))]
+    arrow = isinstance(texts, pa.Array)
+    sizes = pc.utf8_length(texts).to_numpy(zero_copy_only=False).tolist() if arrow else list(map(len, texts))
     kinds = {lang: uses_chars(lang) for lang in set(languages)}
     for chars in (False, True):
         lengths = index.char_lengths if chars else index.word_lengths
@@ -569,10 +588,11 @@ def find_matches_batch(texts: list[str], languages: list[str | None], index: Eva
         while start < len(docs):
             stop, size = start, 0
             while stop < len(docs) and (size < _BATCH_CHARS or stop == start):
-                size += len(texts[docs[stop]])
+                size += sizes[docs[stop]]
                 stop += 1
             chunk = docs[start:stop]
-            batch = tokenize_batch([texts[i] for i in chunk], chars, cuts=bool(lengths["whole"]))
+            part = texts.take(pa.array(chunk, pa.int64())) if arrow else [texts[i] for i in chunk]
+            batch = tokenize_batch(part, chars, cuts=bool(lengths["whole"]))
             for j, start_char, end_char, h in _batch_matches(batch, index, chars):
                 out[chunk[j]].append((start_char, end_char, h))
             start = stop

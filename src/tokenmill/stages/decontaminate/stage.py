@@ -72,9 +72,13 @@ class BuildIndex(DriverPhase):
         return {"index": index, "summary": summary}
 
 
-def _doc_matches(table: pa.Table, index: EvalIndex, ignore: frozenset = frozenset()) -> list[list[tuple[int, int, int]]]:
-    """Per document, the matches (start, end, hash) of indexed n-grams not in `ignore`."""
-    texts = table.column("text").to_pylist()
+def _doc_matches(table: pa.Table, index: EvalIndex, ignore: frozenset = frozenset(),
+                 texts: list[str] | None = None) -> list[list[tuple[int, int, int]]]:
+    """Per document, the matches (start, end, hash) of indexed n-grams not in `ignore`; `texts`, when given, is the
+    table's text column as Python strings, else the column is matched as it is in Arrow."""
+    if texts is None:
+        column = table.column("text")
+        texts = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
     langs = ["zh" if lang in CJK else (lang or "en") for lang in table.column("lang").to_pylist()]
     return [[m for m in matches if m[2] not in ignore] if ignore and matches else matches
             for matches in find_matches_batch(texts, langs, index)]
@@ -106,10 +110,12 @@ class CountNgrams(Phase):
         index = ctx.shared["index"]["index"]
         counts: Counter = Counter()
         sample: dict[int, str] = {}
-        for text, matches in zip(table.column("text").to_pylist(), _doc_matches(table, index)):
-            for start, end, h in matches:
+        found = _doc_matches(table, index)
+        rows = [i for i, matches in enumerate(found) if matches]  # only these documents' text is read in Python
+        for row, text in zip(rows, table.column("text").take(pa.array(rows, pa.int64())).to_pylist()):
+            for start, end, h in found[row]:
                 sample.setdefault(h, text[start:end])
-            counts.update({h for _, _, h in matches})
+            counts.update({h for _, _, h in found[row]})
         return {"ngrams": {str(h): [n, sample[h]] for h, n in sorted(counts.items())}}
 
     def reduce(self, stage: "DecontaminateStage", results: Mapping[str, Any], ctx: PlanContext) -> Any:
@@ -146,7 +152,7 @@ class Decontaminate(ShardMap):
         hits: dict[str, list] = {name: [] for name in HITS_SCHEMA.names}
         found: dict[str, dict[str, dict[str, list[str]]]] = {}
         removed_chars = 0
-        for i, matches in enumerate(_doc_matches(filled, index, ignore)):
+        for i, matches in enumerate(_doc_matches(filled, index, ignore, texts)):
             if not matches:
                 continue
             subset = subsets[i] if subsets[i] is not None else NO_SUBSET
