@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Iterator, NamedTuple, Optional
 
 from tokenmill.readers.compression import DECOMPRESSION_ERRORS
 
@@ -11,8 +10,7 @@ CHUNK = 1 << 20
 BOM = b"\xef\xbb\xbf"
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(NamedTuple):
     """A line (1-based `number`), or a reason it has no data: `record_too_large`, or `read_error` with a message."""
 
     number: int
@@ -21,6 +19,8 @@ class Line:
     """Offset of the line's first byte in the decompressed stream."""
     problem: Optional[str] = None
     message: Optional[str] = None
+    # A named tuple, not a frozen dataclass: as read-only, and made in a quarter of the time (a frozen dataclass sets
+    # each field through object.__setattr__), once per line of every JSON-lines file.
 
 
 def iter_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Line]:

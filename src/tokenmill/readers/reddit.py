@@ -35,13 +35,30 @@ def _seconds(value: Any) -> Any:
     return value
 
 
+_PRESENT: dict[tuple[str, ...], tuple[str, ...]] = {}
+"""META_FIELDS present in an object, by the object's keys in order: a dump's lines share a few layouts."""
+_PRESENT_MAX = 4096
+"""Layouts remembered, at most (a dump whose lines all differ reads as before past it)."""
+
+
+def _present(obj: dict[str, Any]) -> tuple[str, ...]:
+    """The META_FIELDS that `obj` has, in META_FIELDS' order: looked up by its layout, not tested field by field."""
+    layout = tuple(obj)
+    present = _PRESENT.get(layout)
+    if present is None:
+        present = tuple(k for k in META_FIELDS if k in obj)
+        if len(_PRESENT) < _PRESENT_MAX:
+            _PRESENT[layout] = present
+    return present
+
+
 def reddit_record(obj: Any, index: int, source, where: str) -> Record:
     if not isinstance(obj, dict):
         return Record(index, str(obj)[:PREVIEW_CHARS], drop="not_an_object", message=f"{where}: not a JSON object")
     if "body" in obj:
-        kind, prefix, texts = "comment", "t1_", [("body", obj["body"])]
+        kind, prefix, texts = "comment", "t1_", (("body", obj["body"]),)
     elif "title" in obj or "selftext" in obj:
-        kind, prefix, texts = "submission", "t3_", [("title", obj.get("title")), ("selftext", obj.get("selftext"))]
+        kind, prefix, texts = "submission", "t3_", (("title", obj.get("title")), ("selftext", obj.get("selftext")))
     else:
         return Record(index, "", drop="missing_text", message=f"{where}: neither a comment body nor a submission title")
     for field, value in texts:
@@ -55,19 +72,25 @@ def reddit_record(obj: Any, index: int, source, where: str) -> Record:
             return Record(index, "", drop="missing_id", message=f"{where}: no field {source.id_field!r}")
     else:
         doc_id = obj.get("name") or (prefix + str(obj["id"]) if obj.get("id") else None)
-    meta = {k: obj[k] for k in META_FIELDS if k in obj}
+    meta = {k: obj[k] for k in _present(obj)}
     for k in TIME_FIELDS:  # in place: the keys keep META_FIELDS' order
-        if k in meta:
-            meta[k] = _seconds(meta[k])
+        value = meta.get(k)
+        if value is not None and type(value) is not int:  # an int is its own seconds
+            meta[k] = _seconds(value)
     meta["kind"] = kind
     subset = obj.get("subreddit")
     subset = None if subset is None else str(subset)
     body = texts[-1][1] or ""
-    if body.strip() in GONE:
-        return Record(index, texts[0][1] or "", doc_id, subset, meta, drop=GONE[body.strip()],
-                      message=f"{where}: {kind} {texts[-1][0]} is {body.strip()}")
-    text = "\n\n".join(v for _, v in texts if v and v.strip())
-    if not text.strip():
+    stripped = body.strip()
+    if stripped in GONE:
+        return Record(index, texts[0][1] or "", doc_id, subset, meta, drop=GONE[stripped],
+                      message=f"{where}: {kind} {texts[-1][0]} is {stripped}")
+    if len(texts) == 1:  # a comment: its body, unless blank (then no text, as the join below gives)
+        text, blank = (body, False) if stripped else ("", True)
+    else:
+        text = "\n\n".join(v for _, v in texts if v and v.strip())
+        blank = not text.strip()
+    if blank:
         return Record(index, text, doc_id, subset, meta, drop="empty_text", message=f"{where}: empty {kind}")
     return Record(index, text, doc_id, subset, meta)
 
