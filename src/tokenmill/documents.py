@@ -134,8 +134,40 @@ def utf8_lengths(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return pc.binary_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+_STRING_OFFSETS = {pa.string(): "<i4", pa.large_string(): "<i8"}
+"""The offset width of each string type read in place; any other type is cast to large strings first, as before."""
+
+
+def _string_chunks(column: pa.ChunkedArray | pa.Array) -> list[tuple[np.ndarray, Any]] | None:
+    """Each non-empty chunk of a string column as (its n + 1 offsets, its data buffer), read in place: no
+    combined copy and no cast of the whole column. None for a column of another type or with nulls."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    width = _STRING_OFFSETS.get(column.type)
+    if width is None or column.null_count:
+        return None
+    spans = []
+    for chunk in chunks:
+        if len(chunk):
+            offsets = np.frombuffer(chunk.buffers()[1], dtype=width)[chunk.offset : chunk.offset + len(chunk) + 1]
+            spans.append((offsets, chunk.buffers()[2]))
+    return spans
+
+
 def column_digest(hasher, column: pa.ChunkedArray | pa.Array) -> None:
     """Feed a string column to a hash as (lengths, bytes): independent of Arrow chunking."""
+    spans = _string_chunks(column)
+    if spans is None:
+        return _column_digest_cast(hasher, column)
+    # The same bytes as one update of all lengths then one of all text: a hash's updates concatenate.
+    lengths = [np.diff(offsets).astype("<i8") for offsets, _ in spans]
+    hasher.update(np.concatenate(lengths).tobytes() if lengths else b"")
+    for offsets, data in spans:
+        if data is not None and offsets[-1] > offsets[0]:
+            hasher.update(memoryview(data)[offsets[0] : offsets[-1]])
+
+
+def _column_digest_cast(hasher, column: pa.ChunkedArray | pa.Array) -> None:
+    """`column_digest` of a column that is not plain strings without nulls: combined and cast to large strings."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
     column = column.cast(pa.large_string())
@@ -154,18 +186,19 @@ def text_hashes(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """
     import xxhash
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
     if column.null_count:
         raise ValueError(f"{column.null_count} null text(s): `text` must be a string in every row")
-    column = column.cast(pa.large_string())
-    n = len(column)
-    if n == 0:
-        return pa.array([], pa.uint64())
-    offsets = np.frombuffer(column.buffers()[1], dtype="<i8")[column.offset : column.offset + n + 1].tolist()
-    data = memoryview(column.buffers()[2] or b"")
+    spans = _string_chunks(column)
+    if spans is None:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+        spans = _string_chunks(column.cast(pa.large_string()))
     h = xxhash.xxh3_64_intdigest
-    return pa.array(np.fromiter((h(data[offsets[i] : offsets[i + 1]]) for i in range(n)), np.uint64, n), pa.uint64())
+    # map over slices, no generator frame per row: this loop is the cost of every shard every stage writes.
+    hashes = [np.fromiter(map(h, map(memoryview(data or b"").__getitem__, map(slice, offsets[:-1].tolist(),
+                                                                              offsets[1:].tolist()))),
+                          np.uint64, len(offsets) - 1) for offsets, data in spans]
+    return pa.array(np.concatenate(hashes) if hashes else np.empty(0, np.uint64), pa.uint64())
 
 
 def with_text_hash(table: pa.Table) -> pa.Table:
