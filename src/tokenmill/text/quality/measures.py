@@ -111,27 +111,50 @@ def _line_repetition(text: str) -> tuple[float, float, float, float]:
     return para_dups / len(paragraphs), para_chars / len(text), line_dups / len(lines), line_chars / len(text)
 
 
+def _per_doc(values: np.ndarray, units: Units) -> np.ndarray:
+    """Sums of integer `values` (one per unit) over each document's units, as float64: units are stored document by
+    document, so a sum is the difference of two running totals (no boolean selection, no bincount)."""
+    totals = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=totals[1:])
+    return (totals[units.start + units.count] - totals[units.start]).astype(np.float64)
+
+
+_STOP_BINS = 1 << 22
+"""Above this many (document, stop word) bins, the distinct stop words of each document are counted by a sort."""
+
+
+def _stop_word_counts(units: Units, ids: np.ndarray, vocab: Vocabulary, stop_words: Sequence[str]) -> np.ndarray:
+    """Distinct stop words in each document (float64), words told by their hash, as datatrove's set of words."""
+    d = len(units.count)
+    stops = list(dict.fromkeys(stop_words))
+    if not stops:
+        return np.zeros(d)
+    width = len(stops)
+    stop_hashes = np.sort(token_hashes(stops))
+    # Each distinct word is looked up among the stop words once: its stop word's slot, or -1; units take it by id.
+    slot = np.searchsorted(stop_hashes, vocab.hashes).clip(0, width - 1)
+    slot = np.where(stop_hashes[slot] == vocab.hashes, slot, -1)[ids]
+    found = np.flatnonzero(slot >= 0)
+    pairs = units.doc[found] * width + slot[found]
+    if d * width <= _STOP_BINS:  # which (document, stop word) pairs occur: a bincount instead of a sort
+        present = np.bincount(pairs, minlength=d * width).reshape(d, width) > 0
+        return present.sum(axis=1).astype(np.float64)
+    return np.bincount(np.unique(pairs) // width, minlength=d).astype(np.float64)
+
+
 def _gopher_word_scores(
     units: Units, ids: np.ndarray, vocab: Vocabulary, texts: list[str], cfg: GopherQualityConfig
 ) -> dict[str, np.ndarray]:
     """The Gopher quality word measures for a chunk (the line measures come from `_line_marks`); `ids` are the
     units' words in `vocab`."""
     d = len(texts)
-    codes = vocab.classes[ids]
-    lengths = np.diff(units.ends)
-    is_word = (codes & WORD).astype(bool)
-    words = np.bincount(units.doc[is_word], minlength=d).astype(np.float64)
-    word_chars = np.bincount(units.doc[is_word], weights=lengths[is_word], minlength=d)
-    alpha = np.bincount(units.doc[(codes & ALPHA).astype(bool)], minlength=d)
+    # Per distinct word: is it a word, its length if so, has it a letter; units take them by id and sum per document.
+    is_word = ((vocab.classes & WORD) != 0).astype(np.int64)
+    words = _per_doc(is_word[ids], units)
+    word_chars = _per_doc((vocab.lengths * is_word)[ids], units)
+    alpha = _per_doc(((vocab.classes & ALPHA) != 0).astype(np.int64)[ids], units)
     n_tokens = units.count.astype(np.float64)
-    stops = list(dict.fromkeys(cfg.stop_words))
-    stop_hashes = np.sort(token_hashes(stops))
-    # Each distinct word is looked up among the stop words once; its units take the answer by id.
-    slot = np.searchsorted(stop_hashes, vocab.hashes).clip(0, max(len(stops) - 1, 0))
-    at = slot[ids]
-    found = np.flatnonzero((stop_hashes[slot] == vocab.hashes)[ids]) if stops else np.zeros(0, dtype=np.int64)
-    pairs = np.unique(units.doc[found] * max(len(stops), 1) + at[found])
-    stop_words = np.bincount(pairs // max(len(stops), 1), minlength=d).astype(np.float64)
+    stop_words = _stop_word_counts(units, ids, vocab, cfg.stop_words)
     hashes_count = np.fromiter((t.count("#") for t in texts), dtype=np.float64, count=d)
     ellipses = np.fromiter((t.count("...") + t.count("…") for t in texts), dtype=np.float64, count=d)
     with np.errstate(divide="ignore", invalid="ignore"):
