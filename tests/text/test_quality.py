@@ -467,17 +467,6 @@ def test_word_ids_by_piece_are_the_words_of_the_whole_text():
     assert len(vocab.pieces) < 400
 
 
-def test_arrow_cuts_pieces_on_the_whitespace_of_str_split():
-    """The vocabulary cuts a chunk's texts into pieces with Arrow's `utf8_split_whitespace`: its whitespace must be
-    `str.split`'s, code point by code point (an Arrow whose Unicode tables differ would cut other words)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
-    cut = pc.list_value_length(pc.utf8_split_whitespace(pa.array([f"a{chr(c)}b" for c in points]))).to_numpy()
-    assert {c for c, n in zip(points, cut.tolist()) if n == 2} == {c for c in points if chr(c).isspace()}
-
-
 def test_pieces_of_a_text_arrow_cannot_take_are_cut_by_str_split():
     """A lone surrogate has no UTF-8, so Arrow refuses the chunk: its pieces are cut by `str.split`, the same."""
     from tokenmill.text.quality.vocab import Vocabulary
