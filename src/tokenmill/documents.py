@@ -179,13 +179,21 @@ def _column_digest_cast(hasher, column: pa.ChunkedArray | pa.Array) -> None:
     hasher.update(memoryview(data_buf)[offsets[0] : offsets[-1]])
 
 
+def _span_hashes(data: Any, starts: list[int], ends: list[int]) -> np.ndarray:
+    """xxh3-64 of `data[starts[i]:ends[i]]` for each i (uint64): map over slices, no generator frame per row, as this
+    loop is the cost of every shard every stage writes."""
+    import xxhash
+
+    view = memoryview(data or b"")
+    return np.fromiter(map(xxhash.xxh3_64_intdigest, map(view.__getitem__, map(slice, starts, ends))), np.uint64,
+                       len(starts))
+
+
 def text_hashes(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """xxh3-64 of each string's UTF-8 bytes (the `text_hash` column), hashed from Arrow's buffers, not Python strings.
 
     A null is an error: the schema says `text` is never null, and a null would have no hash to compare.
     """
-    import xxhash
-
     if column.null_count:
         raise ValueError(f"{column.null_count} null text(s): `text` must be a string in every row")
     spans = _string_chunks(column)
@@ -193,12 +201,21 @@ def text_hashes(column: pa.ChunkedArray | pa.Array) -> pa.Array:
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
         spans = _string_chunks(column.cast(pa.large_string()))
-    h = xxhash.xxh3_64_intdigest
-    # map over slices, no generator frame per row: this loop is the cost of every shard every stage writes.
-    hashes = [np.fromiter(map(h, map(memoryview(data or b"").__getitem__, map(slice, offsets[:-1].tolist(),
-                                                                              offsets[1:].tolist()))),
-                          np.uint64, len(offsets) - 1) for offsets, data in spans]
+    hashes = [_span_hashes(data, offsets[:-1].tolist(), offsets[1:].tolist()) for offsets, data in spans]
     return pa.array(np.concatenate(hashes) if hashes else np.empty(0, np.uint64), pa.uint64())
+
+
+def text_hashes_at(column: pa.Array, rows: np.ndarray) -> np.ndarray:
+    """`text_hashes(column.take(rows))` as uint64 for a string or large_string array without nulls, read in place:
+    no copy of the strings taken."""
+    spans = _string_chunks(column)
+    if spans is None:
+        raise ValueError(f"text_hashes_at takes strings without nulls, not {column.type} with {column.null_count} "
+                         f"null(s)")
+    if not spans:  # an empty array: no row to take
+        return np.zeros(len(rows), np.uint64)
+    ((offsets, data),) = spans
+    return _span_hashes(data, offsets[rows].tolist(), offsets[rows + 1].tolist())
 
 
 def with_text_hash(table: pa.Table) -> pa.Table:

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import SHARED_DATA
 from tests.text.test_clean_speed import hostile, real
 from tokenmill import documents
-from tokenmill.documents import column_digest, content_hash, text_hashes, utf8_lengths
+from tokenmill.documents import column_digest, content_hash, text_hashes, text_hashes_at, utf8_lengths
 from tokenmill.stages import metadata_filter as mf
 from tokenmill.stages.metadata_filter import MetadataRule, apply_rules, parse_meta
 
@@ -127,6 +127,20 @@ def test_text_hashes_are_the_old_ones(texts):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast")  # the old form's nulls, kept as they were
+def test_hashes_of_chosen_rows_are_those_of_the_rows_taken(texts):
+    """`text_hashes_at` (subdoc's long lines, read in place) gives `text_hashes` of the rows taken, for both string
+    types, a sliced array, repeated and unsorted rows, an empty array; nulls are refused."""
+    rng = np.random.default_rng(3)
+    for kind in (pa.string(), pa.large_string()):
+        column = utf8(texts).cast(kind)
+        for array in (column, column.slice(7, len(texts) - 20)):
+            rows = rng.integers(0, len(array), 500)
+            assert text_hashes_at(array, rows).tolist() == text_hashes(array.take(pa.array(rows))).to_pylist()
+        assert text_hashes_at(pa.array([], kind), np.zeros(0, np.int64)).tolist() == []
+    with pytest.raises(ValueError, match="null"):
+        text_hashes_at(pa.array(["a", None]), np.array([0]))
+
+
 def test_column_digest_is_the_old_one(texts):
     columns = chunkings(utf8(texts)) + [pa.array(["a", None, "b"]), pa.array([1, 2, 3]),
                                         pa.array([b"\xff", b"x"], pa.binary())]

@@ -38,6 +38,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from tokenmill.documents import text_hashes_at
+
 __all__ = ["Unit", "SEPARATORS", "split_spans", "normalize", "span_hash", "DocSpans", "doc_spans", "count_spans",
            "Counted", "Removal", "remove_spans", "remove_spans_batch", "span_texts", "dedup_texts"]
 
@@ -141,27 +143,12 @@ def doc_spans(texts: Iterable[str] | pa.Array | pa.ChunkedArray, unit: Unit, min
     parent = rows[pc.list_parent_indices(split).to_numpy(zero_copy_only=False)]
     spans = pc.utf8_trim(spans, " ")
     long = np.flatnonzero(pc.greater_equal(pc.utf8_length(spans), min_chars).to_numpy(zero_copy_only=False))
-    parent, hashes = parent[long], _hashes_at(spans, long)
+    parent, hashes = parent[long], text_hashes_at(spans, long)
     order = np.lexsort((hashes, parent))
     parent, hashes = parent[order], hashes[order]
     first = np.r_[True, (parent[1:] != parent[:-1]) | (hashes[1:] != hashes[:-1])] if parent.size else \
         np.zeros(0, bool)
     return DocSpans(parent[first].astype(np.int64), hashes[first].astype(np.uint64))
-
-
-def _hashes_at(column: pa.Array, rows: np.ndarray) -> np.ndarray:
-    """`text_hashes(column.take(rows))` (xxh3-64 of each string's UTF-8 bytes), read in place: no copy of the strings
-    taken (a whole shard's long lines)."""
-    import xxhash
-
-    if column.null_count:
-        raise ValueError(f"{column.null_count} null span(s)")
-    offsets = np.frombuffer(column.buffers()[1], dtype="<i8" if pa.types.is_large_string(column.type) else "<i4")
-    offsets = offsets[column.offset:column.offset + len(column) + 1]
-    data = memoryview(column.buffers()[2] or b"")
-    return np.fromiter(map(xxhash.xxh3_64_intdigest, map(data.__getitem__, map(slice, offsets[rows].tolist(),
-                                                                                offsets[rows + 1].tolist()))),
-                       np.uint64, len(rows))
 
 
 @dataclass(frozen=True)
@@ -244,7 +231,7 @@ def remove_spans_batch(texts: list[str], unit: Unit, min_chars: int, removes: li
     # Only the lines counted are hashed (most lines are short or empty); a short line's hash is never looked at.
     full = np.zeros(len(norm), np.uint64)
     at = np.flatnonzero(long_mask)
-    full[at] = _hashes_at(norm, at)
+    full[at] = text_hashes_at(norm, at)
     hashes = full.tolist()
     bounds = (np.asarray(split.offsets) - split.offsets[0].as_py()).tolist()
     return [_removed_lines(text, bounds[i], bounds[i + 1], long, hashes, remove, min_chars)
