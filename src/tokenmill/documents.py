@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 NO_SUBSET = "(none)"
@@ -216,6 +217,17 @@ def text_hashes_at(column: pa.Array, rows: np.ndarray) -> np.ndarray:
         return np.zeros(len(rows), np.uint64)
     ((offsets, data),) = spans
     return _span_hashes(data, offsets[rows].tolist(), offsets[rows + 1].tolist())
+
+
+def replace_rows(column: pa.Array, rows: Sequence[int], texts: Sequence[str]) -> pa.Array:
+    """`column` (strings, one chunk) with row `rows[i]` holding `texts[i]` (rows ascending): only those texts become
+    Arrow strings. Raises as `pa.array` does for a text with no UTF-8 form (a lone surrogate)."""
+    if not len(rows):
+        return column
+    fresh = pa.array(list(texts), column.type)
+    mask = np.zeros(len(column), dtype=bool)
+    mask[list(rows)] = True
+    return pc.replace_with_mask(column, pa.array(mask), fresh)
 
 
 def with_text_hash(table: pa.Table) -> pa.Table:

@@ -1,7 +1,7 @@
 """The faster forms of the lines path against the ones they replaced, on real and hostile text: whitespace runs
 replaced in whole texts before they are cut into lines (`_normalized_lines`), the removal batch given its texts in
 Arrow with only its long lines hashed, and the apply phase's text column rebuilt from the changed rows alone
-(`_replaced`)."""
+(`documents.replace_rows`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.subdoc.test_speed_spans import HOSTILE, _python_files, _real_texts
-from tokenmill.documents import shard_bytes
-from tokenmill.stages.subdoc import _replaced
+from tokenmill.documents import replace_rows, shard_bytes
 from tokenmill.subdoc import _RE2_RUNS, _normalized_lines, doc_spans, remove_spans, remove_spans_batch
 
 AROUND_NEWLINES = ["a \n b", " \n ", "\t\n\t", "x  \n  y", "x\r\n\r\ny", "\u3000\n\u3000", "a\u2028\nb\x85\n c",
@@ -80,7 +79,7 @@ def test_rebuilt_text_column_is_the_column_of_the_texts(texts):
         rows = sorted(rng.choice(len(texts), int(share * len(texts)), replace=False).tolist())
         changed = {r: texts[r][: len(texts[r]) // 2] + "\u00e9\x00" for r in rows}
         edited = [changed.get(i, t) for i, t in enumerate(texts)]
-        new = _replaced(column, changed)
+        new = replace_rows(column, rows, [changed[r] for r in rows])
         assert new.equals(pa.array(edited, pa.string()))
         table = pa.table({"text": new})
         assert shard_bytes(table) == shard_bytes(pa.table({"text": pa.array(edited, pa.string())}))

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from tokenmill.config_base import StageConfig
-from tokenmill.documents import parquet_bytes
+from tokenmill.documents import parquet_bytes, replace_rows
 from tokenmill.pipeline import storage
 from tokenmill.pipeline.contract import Phase, PlanContext, Stage, Task, TaskContext
 from tokenmill.pipeline.map_phase import ShardMap, ShardOutput, shard_name, shard_tasks
@@ -205,17 +205,6 @@ def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.combine_chunks() if column.num_chunks else pa.array([], column.type)
 
 
-def _replaced(column: pa.Array, changed: dict[int, str]) -> pa.Array:
-    """`column` (string, one chunk) with row r's text `changed[r]`: the array `pa.array(texts, pa.string())` of the
-    texts with those rows replaced gives, built without a Python string per row."""
-    if not changed:
-        return column
-    mask = np.zeros(len(column), bool)
-    rows = sorted(changed)
-    mask[rows] = True
-    return pc.replace_with_mask(column, pa.array(mask), pa.array([changed[r] for r in rows], pa.string()))
-
-
 class _SpanRows:
     """Rows of a `removed/` or `kept/` file: id, source, hash, docs (documents holding the span), chars (its
     normalised length), span (cut to `SPAN_CHARS`), and for `kept/` whether the document was dropped itself."""
@@ -345,7 +334,7 @@ class Apply(ShardMap):
         id_rows = sorted(original)
         ids = dict(zip(id_rows, table.column("id").take(pa.array(id_rows, pa.int64())).cast(pa.string()).to_pylist()))
         reasons: list[str | None] = [None] * table.num_rows
-        changed: dict[int, str] = {}
+        changed: dict[int, str] = {}  # row -> its new text, rows ascending (filled in `rows`' order)
         top = {h for h, _, shard in ctx.shared["count"]["top"] if shard == task.params["rank"]}
         counts: Counter = Counter()
         examples: dict[str, str] = {}
@@ -370,7 +359,8 @@ class Apply(ShardMap):
             for h, span in sorted(span_texts(original[row], cfg.unit, cfg.min_chars, set(keep[row])).items()):
                 kept.add(ids[row], source, h, keep[row][h], span, dropped=reasons[row] is not None)
         if counts:
-            table = table.set_column(table.schema.get_field_index("text"), "text", _replaced(column, changed))
+            text = replace_rows(column, list(changed), list(changed.values()))
+            table = table.set_column(table.schema.get_field_index("text"), "text", text)
             ctx.write(f"removed/{task.key}.parquet", removed.parquet())
         if keep:
             ctx.write(f"kept/{task.key}.parquet", kept.parquet())

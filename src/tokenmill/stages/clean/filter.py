@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from tokenmill.documents import replace_rows
 from tokenmill.stages.clean.stats import CleanStats
 
 
@@ -98,16 +98,11 @@ class Batch:
         rows = range(len(self.texts)) if rows is None else rows
         texts, came = self.texts, self._came
         edited = [k for k, i in enumerate(rows) if texts[i] is not came[i]]
+        column = self.column if every else self.column.take(pa.array(rows, pa.int64()))
         try:
-            fresh = pa.array([texts[rows[k]] for k in edited], pa.string())
+            return replace_rows(column, edited, [texts[rows[k]] for k in edited])
         except (pa.ArrowInvalid, UnicodeEncodeError):
             return None
-        column = self.column if every else self.column.take(pa.array(rows, pa.int64()))
-        if not edited:
-            return column
-        mask = np.zeros(len(rows), dtype=bool)
-        mask[edited] = True
-        return pc.replace_with_mask(column, pa.array(mask), fresh)
 
 
 @dataclass(frozen=True)
