@@ -217,6 +217,19 @@ def test_apply_rules_is_the_old_one(rules):
         assert json.dumps(dropped) == json.dumps(old_dropped)  # the same keys in the same order too
 
 
+def test_a_broken_meta_fails_only_where_a_rule_reads_it():
+    """The one intended difference: a `meta` that is not JSON in a row no `meta` rule looks at is left alone (the
+    old form parsed every row and failed the task); in a row a rule reads, it fails as `json.loads` fails."""
+    table = pa.table({"id": ["a", "b"], "text": ["x", "y"], "source": ["reddit", "web_en"],
+                      "subset": pa.array([None, None], pa.string()), "meta": ['{"score":3}', '{"score":']})
+    reasons, _ = apply_rules(table, [MetadataRule(field="score", min=0.0, source="reddit")])
+    assert reasons.to_pylist() == [None, None]
+    with pytest.raises(json.JSONDecodeError):
+        old_apply_rules(table, [MetadataRule(field="score", min=0.0, source="reddit")])
+    with pytest.raises(json.JSONDecodeError, match="Expecting value"):
+        apply_rules(table, [MetadataRule(field="score", min=0.0, source="web_en")])
+
+
 def test_apply_rules_on_real_reddit_metadata():
     if not SHARED_DATA.is_dir():
         pytest.skip("real-data samples not found")
