@@ -32,7 +32,8 @@ def texts() -> list[str]:
     return [t for t in texts if "\ud800" not in t]  # Arrow holds UTF-8 only: a shard never has a lone surrogate
 
 
-@pytest.mark.parametrize("chars", [False, True])
+# The character variant (Chinese) is the slow one: test_a_column_matches_as_its_strings runs both kinds in make test.
+@pytest.mark.parametrize("chars", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_column_tokenises_as_its_strings(texts, chars):
     ascii_only = [t for t in texts if t.isascii()]
     assert len(ascii_only) > 500 and len(ascii_only) < len(texts) - 500
